@@ -1,0 +1,44 @@
+"""specdec_core: speculative decoding as a stream of typed events.
+
+    target = load_model(EMBEDDED_ID)
+    prompt = encode_prompt(target.tokenizer, "List three colours as JSON.")
+    for event in speculative(target.model, make_drafter(DRAFT_NGRAM, target), prompt, GenerationConfig()):
+        ...
+
+Files, one idea each: config (validated settings), events (what a run yields), sampling (logits
+to tokens), acceptance (the rule), kv_cache (a model with rollback), drafters, schedule (draft
+length), engine (the two decoders), stats, theory, prompts, models (loading), bench.
+"""
+
+from .config import DraftConfig, GenerationConfig, SamplingConfig
+from .drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from .engine import autoregressive, speculative
+from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
+from .events import (
+    ACCEPTED,
+    BONUS,
+    CORRECTION,
+    REJECTED,
+    TARGET,
+    Event,
+    Finished,
+    PlainStep,
+    SpecStep,
+    Summary,
+)
+from .models import (
+    DRAFT_BF16,
+    DRAFT_EARLY_EXIT,
+    DRAFT_NGRAM,
+    EMBEDDED_ID,
+    PRESETS,
+    LoadedModel,
+    check_same_vocabulary,
+    load_model,
+    make_drafter,
+)
+from .prompts import encode_prompt, stop_token_ids
+from .stats import per_position_acceptance, summarize
+from .theory import expected_speedup, expected_tokens_per_step
+
+__all__ = [name for name in dir() if not name.startswith("_")]

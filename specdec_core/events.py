@@ -1,0 +1,113 @@
+"""The typed events both decoders yield, and the outcome vocabulary shared by engine, views and charts.
+
+A run is a stream of steps, one per target forward pass, closed by a Finished event
+that carries the summary computed from those steps (stats.summarize).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# One vocabulary everywhere: event outcomes, CSS classes, legend entries and chart labels.
+ACCEPTED = "accepted"  # a draft token the target agreed with
+REJECTED = "rejected"  # the first draft token the target refused (never emitted)
+CORRECTION = "correction"  # the target's own token in place of the rejected one
+BONUS = "bonus"  # the target's extra token after all drafts were accepted
+TARGET = "target"  # a token from a plain target-only step
+Outcome = Literal["accepted", "rejected", "correction", "bonus", "target"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlainStep:
+    """One target pass that produced one token without a draft (plain decoding, or k=0)."""
+
+    token: int
+    target_prob: float  # p(token) under the processed target distribution
+    seconds: float
+    emitted_tokens: tuple[int, ...]  # (token,): the same field as SpecStep, so consumers need no case
+
+    drafted_count = 0
+    accepted_count = 0
+    rejected_count = 0
+    draft_passes = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpecStep:
+    """One draft-then-verify round: k drafted tokens, one target pass over all of them."""
+
+    draft_tokens: tuple[int, ...]
+    draft_probs: tuple[float, ...] | None  # q_i(x_i); None for model-free drafters (q is one-hot)
+    target_probs: tuple[float, ...]  # p_i(x_i) for each drafted token
+    accept_probs: tuple[float, ...]  # min(1, p/q) per drafted token; 1 or 0 when greedy
+    accepted_count: int
+    next_token: int  # the correction (after a rejection) or the bonus token (after full acceptance)
+    next_token_prob: float  # p(next_token) under the target
+    emitted_tokens: tuple[int, ...]  # accepted drafts + next token, cut at EOS / the token budget
+    draft_passes: int
+    draft_seconds: float
+    verify_seconds: float
+
+    @property
+    def drafted_count(self) -> int:
+        return len(self.draft_tokens)
+
+    @property
+    def rejected_count(self) -> int:
+        """Drafts not accepted: the first refused one and those after it, which are discarded unverified."""
+        return len(self.draft_tokens) - self.accepted_count
+
+    @property
+    def rejected_token(self) -> int | None:
+        if self.accepted_count < len(self.draft_tokens):
+            return self.draft_tokens[self.accepted_count]
+        return None
+
+    @property
+    def next_outcome(self) -> Outcome:
+        if not self.draft_tokens:  # the drafter had nothing to offer: a plain target token
+            return TARGET
+        return CORRECTION if self.rejected_token is not None else BONUS
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+
+Step = PlainStep | SpecStep
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Raw counts of a run and the rates derived from them (definitions in shared REFERENCE.md)."""
+
+    tokens: int
+    target_passes: int
+    draft_passes: int
+    drafted: int
+    accepted: int
+    seconds: float  # compute time of the run: the sum of its steps' times
+    stop_reason: str  # "eos", "max_new_tokens", "context_full", "time_limit"
+    accepted_length_counts: tuple[int, ...]  # [n] = drafting steps that accepted exactly n tokens
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per target pass: accepted drafts plus the correction or bonus token."""
+        return self.tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    summary: Summary
+
+
+Event = PlainStep | SpecStep | Finished

@@ -1,0 +1,39 @@
+"""A causal LM with its own KV cache: the one place that knows about positions and rollback."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class CachedModel:
+    """Feeds tokens to a model whose cache holds a prefix of the context.
+
+    Positions come from the cache length, so after `rollback` the next `forward`
+    continues exactly where the kept prefix ends (the off-by-one of transformers #30042
+    cannot happen here: there is no separate position counter to forget).
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.device = model.device
+        self.cache = DynamicCache(config=model.config)
+        self.passes = 0
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def forward(self, token_ids: list[int], logits_to_keep: int = 1) -> torch.Tensor:
+        """Appends token_ids to the cache; returns float32 logits [logits_to_keep, V] for the last positions."""
+        input_ids = torch.tensor([token_ids], device=self.device)
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        self.passes += 1
+        return out.logits[0].float().cpu()
+
+    def rollback(self, length: int) -> None:
+        """Drops cached positions past `length`: the rejected drafts. No recomputation of the kept prefix."""
+        extra = self.length - length
+        if extra > 0:
+            self.cache.crop(-extra)

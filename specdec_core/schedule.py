@@ -1,0 +1,118 @@
+"""Draft length per step: fixed, or adaptive so that text the draft cannot predict costs little.
+
+The adaptive schedule picks the k that the theory says is fastest, using what it has measured
+in this run: the acceptance rate a, the time of one draft pass, and the time of a target pass
+over n tokens. On a GPU a pass over 5 tokens costs about as much as one; on a CPU it does not,
+so the measured cost per n is used rather than the textbook 'verification is free'.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .config import DraftConfig
+from .events import PlainStep, Step
+from .theory import expected_tokens_per_step
+
+
+class DraftLength(Protocol):
+    def next(self) -> int:
+        """Tokens to draft in the coming step; 0 means a plain target step (no drafting at all)."""
+        ...
+
+    def update(self, step: Step) -> None: ...
+
+
+class FixedDraftLength:
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def next(self) -> int:
+        return self.k
+
+    def update(self, step: Step) -> None:
+        pass
+
+
+class AdaptiveDraftLength:
+    """Chooses k in 0..longest to maximise expected tokens per second.
+
+    expected tokens(a, k) = (1 - a^(k+1)) / (1 - a)  (Leviathan et al. 2022)
+    expected seconds(k)   = k * draft pass time + target pass time over k + 1 tokens
+
+    Target pass times not measured yet are taken as the cheapest one measured, an optimistic
+    guess that makes each k get tried. At k = 0 the draft is not run at all, which is what
+    protects creative text; after `probe_wait` plain steps one token is drafted again to see
+    whether the text turned predictable, and each failed probe doubles the wait.
+    """
+
+    DECAY = 0.8  # weight of the past in the running estimates: adapts within a few steps
+    FIRST_PROBE_WAIT = 4
+    LONGEST_PROBE_WAIT = 64
+
+    def __init__(self, start: int, longest: int) -> None:
+        self.k = start
+        self.longest = longest
+        self._drafted = 0.0
+        self._accepted = 0.0
+        self._draft_pass_seconds: float | None = None
+        self._target_pass_seconds: dict[int, float] = {}  # tokens in the pass -> seconds
+        self._probe_wait = self.FIRST_PROBE_WAIT
+        self._plain_steps = 0
+        self._seen_prefill = False
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self._accepted / self._drafted if self._drafted else 0.0
+
+    def next(self) -> int:
+        if self.k > 0:
+            return self.k
+        self._plain_steps += 1
+        return 1 if self._plain_steps > self._probe_wait else 0
+
+    def update(self, step: Step) -> None:
+        if not self._seen_prefill:  # the first step also fills both caches with the prompt:
+            self._seen_prefill = True  # its times say nothing about a decode step
+            return
+        if isinstance(step, PlainStep):
+            self._learn_target_cost(1, step.seconds)
+            return
+        self._learn_target_cost(step.drafted_count + 1, step.verify_seconds)
+        if step.drafted_count == 0:
+            return
+        probing = self.k == 0
+        self._drafted = self.DECAY * self._drafted + step.drafted_count
+        self._accepted = self.DECAY * self._accepted + step.accepted_count
+        per_pass = step.draft_seconds / max(step.draft_passes, 1)
+        self._draft_pass_seconds = self._ema(self._draft_pass_seconds, per_pass)
+        self.k = self._best_k()
+        if probing:
+            self._plain_steps = 0
+            accepted_probe = step.accepted_count == step.drafted_count
+            self._probe_wait = (
+                self.FIRST_PROBE_WAIT if accepted_probe else min(2 * self._probe_wait, self.LONGEST_PROBE_WAIT)
+            )
+
+    def _best_k(self) -> int:
+        if not self._target_pass_seconds or self._draft_pass_seconds is None:
+            return self.k
+        cheapest = min(self._target_pass_seconds.values())
+
+        def tokens_per_second(k: int) -> float:
+            seconds = k * self._draft_pass_seconds + self._target_pass_seconds.get(k + 1, cheapest)
+            return expected_tokens_per_step(self.acceptance_rate, k) / seconds
+
+        return max(range(self.longest + 1), key=tokens_per_second)
+
+    def _learn_target_cost(self, tokens: int, seconds: float) -> None:
+        self._target_pass_seconds[tokens] = self._ema(self._target_pass_seconds.get(tokens), seconds)
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else self.DECAY * old + (1 - self.DECAY) * new
+
+
+def make_schedule(config: DraftConfig) -> DraftLength:
+    if config.adaptive:
+        return AdaptiveDraftLength(start=config.k, longest=max(config.k, 8))
+    return FixedDraftLength(config.k)

@@ -1,0 +1,40 @@
+"""Summaries computed from events, so that every number shown can be traced back to the steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .events import SpecStep, Step, Summary
+
+
+def summarize(steps: Iterable[Step], stop_reason: str) -> Summary:
+    steps = list(steps)
+    spec_steps = [s for s in steps if isinstance(s, SpecStep) and s.drafted_count]
+    longest = max((s.drafted_count for s in spec_steps), default=0)
+    counts = [0] * (longest + 1) if spec_steps else []
+    for s in spec_steps:
+        counts[s.accepted_count] += 1
+    return Summary(
+        tokens=sum(len(s.emitted_tokens) for s in steps),
+        target_passes=len(steps),
+        draft_passes=sum(s.draft_passes for s in steps),
+        drafted=sum(s.drafted_count for s in steps),
+        accepted=sum(s.accepted_count for s in steps),
+        seconds=sum(s.seconds for s in steps),
+        stop_reason=stop_reason,
+        accepted_length_counts=tuple(counts),
+    )
+
+
+def per_position_acceptance(steps: Iterable[Step]) -> list[float]:
+    """Acceptance rate at draft position i: accepted at i / drafted at i."""
+    drafted: list[int] = []
+    accepted: list[int] = []
+    for s in steps:
+        for i in range(s.drafted_count):
+            if i == len(drafted):
+                drafted.append(0)
+                accepted.append(0)
+            drafted[i] += 1
+            accepted[i] += i < s.accepted_count
+    return [a / d for a, d in zip(accepted, drafted)]

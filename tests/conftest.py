@@ -1,0 +1,66 @@
+"""Shared fixtures: tiny random models built in the test, and the embedded model (loaded once)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from specdec_core.cpu_kernels import speed_up_multi_token_linears
+
+torch.set_num_threads(2)
+
+
+def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 256) -> LlamaForCausalLM:
+    """A random 2-layer Llama: real attention, real KV cache, a forward pass in well under a millisecond."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=window,
+        bos_token_id=0,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    model = LlamaForCausalLM(config).eval()
+    # Sharper logits than the init gives, so that greedy paths are not near-ties.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return speed_up_multi_token_linears(model)
+
+
+@pytest.fixture(scope="session")
+def target_model() -> LlamaForCausalLM:
+    return tiny_llama(seed=1)
+
+
+def noisy_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCausalLM:
+    """The model with Gaussian noise on every weight: a draft that agrees with it sometimes."""
+    torch.manual_seed(seed)
+    copy = tiny_llama(seed=0, vocab_size=model.config.vocab_size, layers=model.config.num_hidden_layers)
+    copy.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for param in copy.parameters():
+            param.add_(torch.randn_like(param) * noise * param.std())
+    return copy
+
+
+@pytest.fixture(scope="session")
+def draft_model(target_model) -> LlamaForCausalLM:
+    return noisy_copy(target_model, noise=0.6, seed=2)
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    from specdec_core import EMBEDDED_ID, load_model
+
+    return load_model(EMBEDDED_ID)

@@ -1,0 +1,61 @@
+"""Integration on the embedded SmolLM2-135M-Instruct: every offline drafter is lossless under greedy decoding."""
+
+import pytest
+import torch
+
+from specdec_core import (
+    DRAFT_BF16,
+    DRAFT_EARLY_EXIT,
+    DRAFT_NGRAM,
+    DraftConfig,
+    Finished,
+    GenerationConfig,
+    autoregressive,
+    encode_prompt,
+    make_drafter,
+    speculative,
+    stop_token_ids,
+)
+
+pytestmark = pytest.mark.slow
+PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives in Lisbon and is 31."
+TOKENS = 40
+
+
+def generated(events) -> list[int]:
+    return [t for e in events if not isinstance(e, Finished) for t in e.emitted_tokens]
+
+
+@pytest.fixture(scope="module")
+def reference(embedded):
+    prompt = encode_prompt(embedded.tokenizer, PROMPT)
+    stops = stop_token_ids(embedded.tokenizer, embedded.model)
+    plain = generated(autoregressive(embedded.model, prompt, GenerationConfig(max_new_tokens=TOKENS), stops))
+    return prompt, stops, plain
+
+
+def test_plain_decoding_equals_transformers_generate(embedded, reference):
+    prompt, stops, plain = reference
+    out = embedded.model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, do_sample=False, eos_token_id=list(stops))
+    assert out[0, len(prompt) :].tolist() == plain
+    assert embedded.tokenizer.decode(plain).count('"') >= 4  # it really wrote JSON-ish text
+
+
+@pytest.mark.parametrize("drafter", [DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT])
+@pytest.mark.parametrize("draft_config", [DraftConfig(k=2), DraftConfig(k=5), DraftConfig(k=4, adaptive=True)], ids=str)
+def test_greedy_speculative_is_token_identical(embedded, reference, drafter, draft_config):
+    prompt, stops, plain = reference
+    events = list(
+        speculative(embedded.model, make_drafter(drafter, embedded), prompt, GenerationConfig(max_new_tokens=TOKENS), draft_config, stops)
+    )
+    assert generated(events) == plain
+    assert events[-1].summary.tokens == len(plain)
+
+
+def test_chat_template_end_of_turn_stops_generation(embedded):
+    prompt = encode_prompt(embedded.tokenizer, "Reply with just the word yes.")
+    stops = stop_token_ids(embedded.tokenizer, embedded.model)
+    assert embedded.tokenizer.convert_tokens_to_ids("<|im_end|>") in stops
+    events = list(autoregressive(embedded.model, prompt, GenerationConfig(max_new_tokens=64), stops))
+    assert events[-1].summary.stop_reason == "eos"
+    assert generated(events)[-1] in stops

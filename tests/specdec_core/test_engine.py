@@ -1,0 +1,190 @@
+"""Both decoders on tiny random models: greedy losslessness, sampling losslessness, stopping."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specdec_core.engine as engine
+from specdec_core import (
+    DraftConfig,
+    Finished,
+    GenerationConfig,
+    ModelDrafter,
+    NgramDrafter,
+    SamplingConfig,
+    SpecStep,
+    autoregressive,
+    speculative,
+)
+from specdec_core.acceptance import Verdict
+from specdec_core.models import early_exit_copy
+from specdec_core.sampling import Sampler
+from tests.conftest import noisy_copy, tiny_llama
+
+PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
+
+
+def generated(events) -> list[int]:
+    return [t for e in events if not isinstance(e, Finished) for t in e.emitted_tokens]
+
+
+def drafters(target, draft):
+    yield "draft model", lambda: ModelDrafter(draft)
+    yield "n-gram", lambda: NgramDrafter()
+    yield "early exit", lambda: ModelDrafter(early_exit_copy(target, 1))
+    yield "the target itself", lambda: ModelDrafter(target)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_greedy_speculative_equals_plain_and_generate(target_model, draft_model, k, adaptive):
+    config = GenerationConfig(max_new_tokens=40)
+    plain = generated(autoregressive(target_model, PROMPT, config))
+    reference = target_model.generate(
+        torch.tensor([PROMPT]), max_new_tokens=40, do_sample=False, min_new_tokens=40, pad_token_id=0
+    )[0, len(PROMPT) :].tolist()
+    assert plain == reference
+    for name, make in drafters(target_model, draft_model):
+        events = list(speculative(target_model, make(), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
+        assert generated(events) == plain, name
+
+
+def test_drafts_are_really_rejected_and_accepted(target_model, draft_model):
+    """The identity test above means something only if both outcomes occur."""
+    events = list(speculative(target_model, ModelDrafter(draft_model), PROMPT, GenerationConfig(max_new_tokens=60)))
+    summary = events[-1].summary
+    assert 0 < summary.accepted < summary.drafted
+
+
+def test_target_as_its_own_draft_accepts_everything(target_model):
+    events = list(speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=30)))
+    summary = events[-1].summary
+    assert summary.acceptance_rate == 1.0
+    assert all(e.next_outcome == "bonus" for e in events if isinstance(e, SpecStep))
+
+
+# ---- sampling: the emitted tokens follow the target's distribution -------------------------
+
+SMALL_VOCAB = 8
+SAMPLING = SamplingConfig(temperature=1.3, top_p=0.95, top_k=6)
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    target = tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
+    return target, noisy_copy(target, noise=1.0, seed=12)
+
+
+def exact_marginals(target, prompt, sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """p(x1) and p(x2) = sum over x1 of p(x1) p(x2 | x1), after the same warpers as the engine."""
+    sampler = Sampler(sampling)
+    with torch.no_grad():
+        first = sampler.probs(target(torch.tensor([prompt])).logits[0, -1:])[0]
+        second = torch.zeros(SMALL_VOCAB)
+        for x1 in range(SMALL_VOCAB):
+            row = sampler.probs(target(torch.tensor([prompt + [x1]])).logits[0, -1:])[0]
+            second += first[x1] * row
+    return first, second
+
+
+def sample_counts(target, draft, runs: int) -> tuple[list[int], list[int]]:
+    firsts, seconds = [0] * SMALL_VOCAB, [0] * SMALL_VOCAB
+    for seed in range(runs):
+        config = GenerationConfig(max_new_tokens=3, sampling=SamplingConfig(**{**SAMPLING_KW, "seed": seed}))
+        tokens = generated(speculative(target, ModelDrafter(draft), [1, 2, 3], config, DraftConfig(k=2)))
+        firsts[tokens[0]] += 1
+        seconds[tokens[1]] += 1
+    return firsts, seconds
+
+
+SAMPLING_KW = dict(temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k)
+
+
+def assert_matches(counts: list[int], probs: torch.Tensor) -> float:
+    keep = probs > 0
+    assert all(c == 0 for c, k in zip(counts, keep.tolist()) if not k), "a token the target cannot emit appeared"
+    observed = [c for c, k in zip(counts, keep.tolist()) if k]
+    kept = probs[keep].double()
+    expected = (kept / kept.sum() * sum(observed)).tolist()
+    return chisquare(observed, expected).pvalue
+
+
+def test_speculative_sampling_matches_target_distribution(small_pair):
+    target, draft = small_pair
+    first, second = exact_marginals(target, [1, 2, 3], SAMPLING)
+    draft_first, _ = exact_marginals(draft, [1, 2, 3], SAMPLING)
+    # The draft must disagree with the target for this test to mean anything.
+    assert (first - draft_first).abs().sum() > 0.3
+    firsts, seconds = sample_counts(target, draft, runs=1500)
+    assert assert_matches(firsts, first) > 1e-3
+    assert assert_matches(seconds, second) > 1e-3
+
+
+def test_distribution_test_catches_always_accept(small_pair, monkeypatch):
+    target, draft = small_pair
+
+    def always_accept(draft_tokens, draft_probs, target_probs, sampler):
+        k = draft_tokens.shape[0]
+        bonus = sampler.pick(target_probs[k])
+        return Verdict(k, bonus, (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
+
+    monkeypatch.setattr(engine, "verify", always_accept)
+    first, second = exact_marginals(target, [1, 2, 3], SAMPLING)
+    firsts, seconds = sample_counts(target, draft, runs=1500)
+    assert min(assert_matches(firsts, first), assert_matches(seconds, second)) < 1e-6
+
+
+def test_same_seed_same_tokens(target_model, draft_model):
+    config = GenerationConfig(max_new_tokens=25, sampling=SamplingConfig(temperature=1.0, seed=7))
+    runs = [generated(speculative(target_model, ModelDrafter(draft_model), PROMPT, config)) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+# ---- stopping ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_max_new_tokens_is_never_overshot_by_the_bonus_token(target_model, k):
+    for budget in (1, 2, 5, 13):
+        events = list(
+            speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=budget), DraftConfig(k=k))
+        )
+        assert len(generated(events)) == budget
+        assert events[-1].summary.stop_reason == "max_new_tokens"
+
+
+def test_stops_at_end_token_and_emits_nothing_after_it(target_model, draft_model):
+    plain = generated(autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=30)))
+    stop = plain[6]
+    cut = plain[: plain.index(stop) + 1]
+    for run in (
+        autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=30), stop_token_ids={stop}),
+        speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=5), {stop}),
+    ):
+        events = list(run)
+        assert generated(events) == cut
+        assert events[-1].summary.stop_reason == "eos"
+
+
+def test_context_window_bounds_generation():
+    small = tiny_llama(seed=3, window=20)
+    events = list(speculative(small, NgramDrafter(), PROMPT, GenerationConfig(max_new_tokens=50)))
+    assert len(generated(events)) == 20 - len(PROMPT)
+    assert events[-1].summary.stop_reason == "context_full"
+
+
+def test_closing_the_generator_stops_work(target_model, draft_model):
+    drafter = ModelDrafter(draft_model)
+    run = speculative(target_model, drafter, PROMPT, GenerationConfig(max_new_tokens=200))
+    next(run)
+    run.close()
+    passes = drafter._model.passes
+    with pytest.raises(StopIteration):
+        next(run)
+    assert drafter._model.passes == passes
+
+
+def test_time_limit_stops_the_run(target_model):
+    events = list(autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=4000, max_seconds=0.05)))
+    assert events[-1].summary.stop_reason in ("time_limit", "context_full")
+    assert len(events) < 4000

@@ -1,0 +1,46 @@
+"""KV rollback: after dropping rejected drafts, the cache behaves as if they were never fed."""
+
+import torch
+
+from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig
+from specdec_core.kv_cache import CachedModel
+from specdec_core.sampling import Sampler
+
+
+def fresh_logits(model, tokens: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0, -1].float()
+
+
+def test_logits_after_rollback_equal_a_fresh_pass(target_model):
+    context = [0, 4, 8, 15, 16, 23]
+    rejected = [42 % 32, 7, 9]
+    cached = CachedModel(target_model)
+    cached.forward(context[:-1])
+    cached.forward([context[-1]] + rejected, logits_to_keep=4)
+    cached.rollback(len(context) + 1)  # keep the first draft, drop two
+    kept = context + rejected[:1]
+    assert cached.length == len(kept)
+    after = cached.forward([3])[0]
+    torch.testing.assert_close(after, fresh_logits(target_model, kept + [3]), rtol=1e-4, atol=1e-4)
+
+
+def test_full_acceptance_keeps_the_whole_cache(target_model):
+    cached = CachedModel(target_model)
+    cached.forward([1, 2, 3, 4, 5], logits_to_keep=5)
+    cached.rollback(5)
+    assert cached.length == 5
+    torch.testing.assert_close(cached.forward([6])[0], fresh_logits(target_model, [1, 2, 3, 4, 5, 6]), rtol=1e-4, atol=1e-4)
+
+
+def test_draft_model_cache_rolls_back_to_the_accepted_prefix(target_model, draft_model):
+    sampler = Sampler(GenerationConfig(sampling=SamplingConfig()).sampling)
+    drafter = ModelDrafter(draft_model)
+    context = [0, 3, 6, 9]
+    first = drafter.propose(context, 4, sampler)
+    drafter.observe(1)  # the second draft was rejected; the target corrected it to 11
+    context = context + [first.tokens[0], 11]
+    second = drafter.propose(context, 1, sampler)
+    expected = torch.softmax(fresh_logits(draft_model, context), dim=-1)
+    torch.testing.assert_close(second.probs[0], expected, rtol=1e-4, atol=1e-5)
+    assert second.passes == 1  # the catch-up tokens rode along in the same pass

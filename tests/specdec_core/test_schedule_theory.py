@@ -1,0 +1,52 @@
+"""The adaptive draft length, and the closed-form expectations it relies on."""
+
+import pytest
+
+from specdec_core import expected_speedup, expected_tokens_per_step
+from specdec_core.events import PlainStep, SpecStep
+from specdec_core.schedule import AdaptiveDraftLength
+
+
+def test_expected_tokens_limits():
+    assert expected_tokens_per_step(0.0, 5) == 1.0
+    assert expected_tokens_per_step(1.0, 5) == 6.0
+    assert expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)
+    # Leviathan et al. fig. 2 style check: a=0.8, k=4, c=0.05 gives about 2.8x
+    assert expected_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / 0.2 / 1.2)
+
+
+def spec_step(drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> SpecStep:
+    tokens = tuple(range(drafted))
+    return SpecStep(tokens, (0.5,) * drafted, (0.5,) * drafted, (1.0,) * drafted, accepted, 0, 0.5,
+                    tokens[:accepted] + (0,), drafted, draft_seconds, verify_seconds)
+
+
+def test_adaptive_grows_when_drafts_are_cheap_and_accepted():
+    schedule = AdaptiveDraftLength(start=2, longest=8)
+    for _ in range(10):
+        k = schedule.next()
+        schedule.update(spec_step(k, k, draft_seconds=0.001 * k, verify_seconds=0.05))
+    assert schedule.next() == 8
+
+
+def test_adaptive_stops_drafting_when_everything_is_rejected_and_probes_rarely():
+    schedule = AdaptiveDraftLength(start=4, longest=8)
+    schedule.update(spec_step(4, 0, 0.1, 0.06))  # first step (prefill) teaches nothing
+    for _ in range(5):
+        k = schedule.next()
+        if k:
+            schedule.update(spec_step(k, 0, draft_seconds=0.03 * k, verify_seconds=0.06))
+        else:
+            schedule.update(PlainStep(1, 0.5, 0.05, (1,)))
+    lengths = []
+    for _ in range(40):
+        k = schedule.next()
+        lengths.append(k)
+        if k:
+            schedule.update(spec_step(k, 0, draft_seconds=0.03, verify_seconds=0.06))
+        else:
+            schedule.update(PlainStep(1, 0.5, 0.05, (1,)))
+    assert lengths.count(0) >= 35  # drafting is almost off
+    probes = [i for i, k in enumerate(lengths) if k]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and len(probes) >= 2  # each failed probe waits longer
