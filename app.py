@@ -1,0 +1,23 @@
+"""Entry point (also Hugging Face Spaces' app_file): build the UI, warm the default models, launch."""
+
+import os
+import threading
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from app.ui import build_ui, launch  # noqa: E402
+from specdec_core import DRAFT_BF16, EMBEDDED_ID, load_model, make_drafter  # noqa: E402
+
+
+def warm_default_models() -> None:
+    """Load the embedded pair in the background so the page is up at once and the first race starts sooner."""
+    try:
+        make_drafter(DRAFT_BF16, load_model(EMBEDDED_ID))
+    except Exception as error:  # shown again, as a clear message, when a race asks for the model
+        print(f"Warm-up failed: {error}")
+
+
+if __name__ == "__main__":
+    threading.Thread(target=warm_default_models, daemon=True).start()
+    port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
+    launch(build_ui(), server_port=int(port) if port else None)

@@ -1,0 +1,6 @@
+"""The Gradio app: renders specdec_core's events. Handlers in handlers.py, views in views.py and charts.py."""
+
+import os
+
+# Before Gradio is imported anywhere: no usage analytics (the app must start offline).
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")

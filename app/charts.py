@@ -1,0 +1,146 @@
+"""Plotly figures for the race, the theory, the workload check and the k sweep.
+
+template="none" keeps each streamed figure small (Gradio resends a whole figure per update);
+the few styles it drops are set by hand in _style.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specdec_core import expected_speedup
+
+from .race import Race
+
+COLORS = {
+    "accepted": "#2e9d57",
+    "rejected": "#d64545",
+    "correction": "#e08a1e",
+    "bonus": "#3a6fd8",
+    "target": "#7a7f87",
+    "plain": "#7a7f87",
+    "spec": "#3a6fd8",
+    "structured": "#2e9d57",
+    "creative": "#b04fc0",
+    "custom": "#e08a1e",
+}
+
+
+def _style(fig: go.Figure, height: int) -> go.Figure:
+    fig.update_layout(
+        template="none",
+        height=height,
+        margin=dict(l=48, r=16, t=48, b=40),
+        font=dict(size=12),
+        legend=dict(orientation="h", y=-0.12),
+        uirevision="keep",
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
+    fig.update_xaxes(gridcolor="#e3e5e8", zeroline=False)
+    fig.update_yaxes(gridcolor="#e3e5e8", zeroline=False)
+    return fig
+
+
+def race_figure(race: Race) -> go.Figure:
+    fig = make_subplots(
+        rows=2,
+        cols=2,
+        subplot_titles=(
+            "Acceptance rate per step (line: running)",
+            "Drafts accepted per step",
+            "Tokens / s, each on its own clock",
+            "Running speedup (tokens ahead at equal time)",
+        ),
+        vertical_spacing=0.2,
+        horizontal_spacing=0.1,
+    )
+    steps = race.spec_steps
+    if steps:
+        index = list(range(1, len(steps) + 1))
+        per_step = [s.accepted_count / s.drafted_count for s in steps]
+        running = np.cumsum([s.accepted_count for s in steps]) / np.cumsum([s.drafted_count for s in steps])
+        fig.add_bar(x=index, y=per_step, marker_color=COLORS["accepted"], opacity=0.45, name="this step", row=1, col=1, showlegend=False)
+        fig.add_scatter(x=index, y=running, mode="lines", line_color=COLORS["accepted"], name="running", row=1, col=1, showlegend=False)
+        longest = max(s.drafted_count for s in steps)
+        counts = np.bincount([s.accepted_count for s in steps], minlength=longest + 1)
+        colors = [COLORS["bonus"] if n == longest else COLORS["accepted"] for n in range(longest + 1)]
+        fig.add_bar(x=list(range(longest + 1)), y=counts, marker_color=colors, row=1, col=2, showlegend=False)
+    for side, pane, label in (("plain", race.plain, "target only"), ("spec", race.spec, "speculative")):
+        if pane.timeline:
+            clock, tokens = zip(*pane.timeline)
+            rate = np.array(tokens) / np.maximum(np.array(clock), 1e-9)
+            fig.add_scatter(x=clock, y=rate, mode="lines", name=label, line_color=COLORS[side], row=2, col=1)
+    if race.plain.timeline and race.spec.timeline:
+        plain_clock, plain_tokens = zip(*race.plain.timeline)
+        spec_clock, spec_tokens = (np.array(v) for v in zip(*race.spec.timeline))
+        reached = spec_clock <= plain_clock[-1]
+        ahead = spec_tokens[reached] / np.maximum(np.interp(spec_clock[reached], plain_clock, plain_tokens), 1e-9)
+        fig.add_scatter(x=spec_clock[reached], y=ahead, mode="lines", line_color=COLORS["spec"], row=2, col=2, showlegend=False)
+        fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=2, col=2)
+    fig.update_yaxes(range=[0, 1.05], row=1, col=1)
+    fig.update_xaxes(title_text="step", row=1, col=1)
+    fig.update_xaxes(title_text="accepted drafts (blue: all k)", row=1, col=2)
+    fig.update_xaxes(title_text="own clock (s)", row=2, col=1)
+    fig.update_xaxes(title_text="speculative clock (s)", row=2, col=2)
+    fig.update_annotations(font_size=13)
+    return _style(fig, height=520)
+
+
+def theory_figure(a: float, c: float, k: int, measured: Race | None) -> go.Figure:
+    ks = np.arange(0, 17)
+    fig = go.Figure()
+    fig.add_scatter(x=ks, y=[expected_speedup(a, int(n), c) for n in ks], mode="lines+markers", name=f"theory: a={a:.2f}, c={c:.2f}")
+    fig.add_scatter(
+        x=[k], y=[expected_speedup(a, k, c)], mode="markers", marker=dict(size=14, symbol="diamond"), name=f"your k={k}"
+    )
+    if measured is not None and measured.acceptance_rate is not None and measured.cost_ratio is not None and measured.speedup:
+        ma, mc = measured.acceptance_rate, measured.cost_ratio
+        fig.add_scatter(
+            x=ks, y=[expected_speedup(ma, int(n), mc) for n in ks], mode="lines", line_dash="dash",
+            name=f"theory at last race's a={ma:.2f}, c={mc:.2f}",
+        )
+        fig.add_scatter(
+            x=[measured.k], y=[measured.speedup], mode="markers", marker=dict(size=16, symbol="star", color=COLORS["rejected"]),
+            name=f"measured: {measured.speedup:.2f}× at k={measured.k}",
+        )
+    fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
+    fig.update_xaxes(title_text="draft length k")
+    fig.update_yaxes(title_text="expected speedup", rangemode="tozero")
+    return _style(fig, height=380)
+
+
+def workload_figure(rows: list[dict]) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Speedup per prompt", "Acceptance rate per prompt"))
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == workload]
+        names = [r["prompt"] for r in mine]
+        color = COLORS.get(workload, COLORS["custom"])
+        fig.add_bar(x=names, y=[r["speedup"] for r in mine], name=workload, marker_color=color, row=1, col=1)
+        fig.add_bar(x=names, y=[r["acceptance_rate"] or 0 for r in mine], marker_color=color, showlegend=False, row=1, col=2)
+    fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=1, col=1)
+    fig.update_yaxes(range=[0, 1.05], row=1, col=2)
+    return _style(fig, height=380)
+
+
+def sweep_figure(rows: list[dict]) -> go.Figure:
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    if rows:
+        ks = [r["k"] for r in rows]
+        fig.add_scatter(x=ks, y=[r["speedup"] for r in rows], mode="lines+markers", name="speedup", line_color=COLORS["spec"])
+        fig.add_scatter(
+            x=ks, y=[r["acceptance_rate"] or 0 for r in rows], mode="lines+markers", name="acceptance rate",
+            line_color=COLORS["accepted"], secondary_y=True,
+        )
+        best = max(rows, key=lambda r: r["speedup"])
+        fig.add_scatter(
+            x=[best["k"]], y=[best["speedup"]], mode="markers+text", text=[f"best k={best['k']}"], textposition="top center",
+            marker=dict(size=16, symbol="star", color=COLORS["rejected"]), name="best k",
+        )
+    fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
+    fig.update_xaxes(title_text="draft length k", dtick=1)
+    fig.update_yaxes(title_text="speedup", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(title_text="acceptance rate", range=[0, 1.05], secondary_y=True)
+    return _style(fig, height=380)

@@ -1,0 +1,56 @@
+"""The explainer's text. Formulas in LaTeX, rendered by Gradio's Markdown."""
+
+from specdec_core import expected_speedup
+
+INTRO = r"""
+### Why speculative decoding works
+
+A large model generates one token per forward pass, and on most hardware that pass costs about the
+same whether it scores one token or five: the time goes into reading the weights, not into the arithmetic.
+Speculative decoding exploits that. A cheap **draft** guesses the next $k$ tokens $x_1 \dots x_k$; the
+**target** scores all of them in **one** pass and keeps the longest prefix it agrees with, plus one token of its own.
+
+### The acceptance rule (Leviathan et al. 2022; Chen et al. 2023)
+
+With $p_i$ the target's and $q_i$ the draft's distribution at position $i$ (after the same temperature, top-k and top-p):
+
+$$\text{accept } x_i \text{ with probability } \min\left(1, \frac{p_i(x_i)}{q_i(x_i)}\right)$$
+
+At the first rejection the replacement is drawn from the residual
+
+$$x_i' \sim \operatorname{norm}\big(\max(0,\ p_i - q_i)\big)$$
+
+and if all $k$ are accepted a **bonus** token is drawn from $p_{k+1}$. Greedy decoding is the limit: accept while
+$\arg\max p_i = x_i$; the first mismatch is replaced by $\arg\max p_i$.
+
+**Why the output is exactly the target's.** A token $x$ comes out either as an accepted draft,
+with probability $q(x)\min(1, p(x)/q(x)) = \min(q(x), p(x))$, or through a rejection followed by the residual,
+with probability $\big(1 - \sum_y \min(p(y), q(y))\big)\cdot \frac{\max(0, p(x) - q(x))}{\sum_y \max(0, p(y)-q(y))} = p(x) - \min(p(x), q(x))$.
+The two add up to $p(x)$: no quality is lost, whatever the draft. The draft only decides the speed.
+
+### How much faster?
+
+With acceptance rate $a$ (the chance that a draft token is accepted), each target pass yields on average
+
+$$E[\text{tokens per pass}] = \frac{1 - a^{k+1}}{1 - a}$$
+
+and if one draft step costs $c$ target steps, the expected speedup over plain decoding is
+
+$$S(a, c, k) = \frac{1 - a^{k+1}}{(1 - a)(k\,c + 1)}$$
+
+A longer draft helps only while $a$ is high and $c$ low. Predictable text (JSON, code edits, copying from the prompt)
+has high $a$; creative text sampled at temperature 1 has low $a$, and speculation can then be slower than plain decoding.
+On a CPU one more caveat applies: a pass over $k+1$ tokens costs somewhat more than a pass over one, which the formula ignores.
+Move the sliders, then compare with the star: the speedup measured in your last race, at its measured $a$ and $c$.
+"""
+
+STEP_INTRO = """### One step, taken apart
+Replays the real steps of your last race: what the draft proposed, the target's probability for each token,
+the acceptance probability min(1, p/q), and which token the target added."""
+
+HEADLINES = f"""
+**Published numbers.** Leviathan et al.: 2-3× on T5-XXL with identical outputs. Chen et al.: 2-2.5× on Chinchilla 70B.
+Spec-Bench (Vicuna-7B, greedy): draft-model speculative sampling 1.79×, prompt lookup 1.64× on average, 2.3-2.7× on
+summarization and about 1.0× on translation: the workload decides. For scale: at a = 0.8, c = 0.05, k = 4 the formula
+gives {expected_speedup(0.8, 4, 0.05):.2f}×.
+"""

@@ -1,0 +1,331 @@
+"""Gradio event handlers: top-level generators that turn raw inputs into core calls and events into views.
+
+Inputs arrive from the browser or from the API as whatever the caller sent, so each is
+converted and checked here; any SpecDecError becomes a gr.Error, a message in the UI that
+leaves the app working.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from specdec_core import (
+    DraftConfig,
+    Finished,
+    GenerationConfig,
+    SamplingConfig,
+    SpecDecError,
+    autoregressive,
+    encode_prompt,
+    load_model,
+    make_drafter,
+    speculative,
+    stop_token_ids,
+)
+from specdec_core.models import PRESETS
+
+from . import charts, views
+from .limits import MAX_K, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RUN_SECONDS
+from .race import PLAIN, SPEC, Race, interleave
+from .workloads import select_prompts
+
+TIMING_NOTE = (
+    "Timing: the two decoders never run at the same time. They take turns, one step each, on the same "
+    "CPU cores: whichever has used less compute goes next, and each pane is charged only its own steps' time "
+    "(its own clock). So at every moment both panes show how far each decoder gets in the same compute time."
+)
+CHART_EVERY_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RaceSettings:
+    target: str
+    drafter: str
+    generation: GenerationConfig
+    draft: DraftConfig
+
+
+def _number(name: str, value: object, integer: bool = False) -> float | int:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SpecDecError(f"{name} must be a number, got {value!r}.") from None
+    if integer:
+        if number != int(number):
+            raise SpecDecError(f"{name} must be a whole number, got {value!r}.")
+        return int(number)
+    return number
+
+
+def parse_settings(
+    target: str, drafter: str, k: object, adaptive: object, decoding: str,
+    temperature: object, top_k: object, top_p: object, seed: object, max_new_tokens: object,
+) -> RaceSettings:
+    tokens = _number("max new tokens", max_new_tokens, integer=True)
+    if tokens > MAX_NEW_TOKENS:
+        raise SpecDecError(f"max new tokens is limited to {MAX_NEW_TOKENS} here, got {tokens}.")
+    draft_length = _number("draft length k", k, integer=True)
+    if draft_length > MAX_K:
+        raise SpecDecError(f"draft length k is limited to {MAX_K} here, got {draft_length}.")
+    if decoding not in ("greedy", "sampling"):
+        raise SpecDecError(f"decoding must be 'greedy' or 'sampling', got {decoding!r}.")
+    sampling = SamplingConfig(
+        temperature=0.0 if decoding == "greedy" else _number("temperature", temperature),
+        top_k=_number("top-k", top_k, integer=True),
+        top_p=_number("top-p", top_p),
+        seed=_number("seed", seed, integer=True),
+    )
+    if decoding == "sampling" and sampling.temperature == 0:
+        raise SpecDecError("Sampling needs a temperature above 0 (or choose greedy).")
+    return RaceSettings(
+        target=target,
+        drafter=drafter,
+        generation=GenerationConfig(max_new_tokens=tokens, max_seconds=RUN_SECONDS, sampling=sampling),
+        draft=DraftConfig(k=draft_length, adaptive=bool(adaptive)),
+    )
+
+
+def _check_prompt(prompt: object) -> str:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise SpecDecError("The prompt is empty: type something for the model to continue.")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise SpecDecError(f"The prompt has {len(prompt):,} characters; the limit here is {MAX_PROMPT_CHARS:,}.")
+    return prompt
+
+
+def drafter_choices(target: str) -> gr.Dropdown:
+    """The drafters that fit the chosen target preset (any model id may still be typed)."""
+    from specdec_core.models import DRAFT_LABELS
+
+    preset = next((p for p in PRESETS if p.target == target), None)
+    drafts = preset.drafts if preset else tuple(DRAFT_LABELS)
+    return gr.Dropdown(choices=[(DRAFT_LABELS.get(d, f"draft model: {d}"), d) for d in drafts], value=drafts[0])
+
+
+def _prepare(settings: RaceSettings, prompt: str):
+    target = load_model(settings.target)
+    prompt_ids = encode_prompt(target.tokenizer, _check_prompt(prompt))
+    return target, prompt_ids, stop_token_ids(target.tokenizer, target.model)
+
+
+def _runs(settings: RaceSettings, target, prompt_ids, stops, draft: DraftConfig | None = None):
+    drafter = make_drafter(settings.drafter, target)
+    return {
+        PLAIN: autoregressive(target.model, prompt_ids, settings.generation, stops),
+        SPEC: speculative(target.model, drafter, prompt_ids, settings.generation, draft or settings.draft, stops),
+    }
+
+
+def run_race(
+    prompt: str, target: str, drafter: str, k: float, adaptive: bool, decoding: str,
+    temperature: float, top_k: float, top_p: float, seed: float, max_new_tokens: float,
+) -> Iterator[tuple]:
+    """Streams (target-only pane, speculative pane, charts, summary, details, last race) per step."""
+    try:
+        settings = parse_settings(target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens)
+        yield _loading_note(settings), "", gr.skip(), "", gr.skip(), gr.skip()
+        loaded, prompt_ids, stops = _prepare(settings, prompt)
+        race = Race(greedy=settings.generation.sampling.greedy, k=settings.draft.k)
+        text = views.TokenText(loaded.tokenizer)
+        last_chart = 0.0
+        with closing(interleave(_runs(settings, loaded, prompt_ids, stops))) as steps:
+            for side, event in steps:
+                race.add(side, event)
+                if isinstance(event, Finished):
+                    continue
+                chart = gr.skip()
+                if time.monotonic() - last_chart > CHART_EVERY_SECONDS:
+                    chart, last_chart = charts.race_figure(race), time.monotonic()
+                yield _race_views(race, text, running=True) + (chart, gr.skip(), gr.skip(), gr.skip())
+    except SpecDecError as error:
+        raise gr.Error(str(error)) from None
+    yield _race_views(race, text, running=False) + (
+        charts.race_figure(race), views.summary_html(race), race_details(race, text), {"race": race, "target": settings.target},
+    )
+
+
+def _loading_note(settings: RaceSettings) -> str:
+    return (
+        f"<div class='pane'><div class='pane-head'><b>Loading {settings.target} and the draft…</b></div>"
+        "<div class='tokens'>The first run after a start loads the models (the embedded default converts its "
+        "GGUF file once, about 20 s; later starts take about a second).</div></div>"
+    )
+
+
+def _race_views(race: Race, text: views.TokenText, running: bool) -> tuple[str, str]:
+    return (
+        views.pane_html("target only", race.plain, text, running and race.plain.summary is None),
+        views.pane_html("speculative", race.spec, text, running and race.spec.summary is None),
+    )
+
+
+def race_details(race: Race, text: views.TokenText) -> dict:
+    """Everything a script needs from one race (the API's JSON output)."""
+    def decoded(tokens: list[int]) -> str:
+        return "".join(text(t) for t in tokens)
+
+    return {
+        "plain_text": decoded(race.plain.tokens),
+        "spec_text": decoded(race.spec.tokens),
+        "plain_tokens": race.plain.tokens,
+        "spec_tokens": race.spec.tokens,
+        "identical": race.identical,
+        "speedup": race.speedup,
+        "acceptance_rate": race.acceptance_rate,
+        "cost_ratio": race.cost_ratio,
+        "plain": _summary_dict(race.plain.summary),
+        "spec": _summary_dict(race.spec.summary),
+        "timing": TIMING_NOTE,
+    }
+
+
+def _summary_dict(summary) -> dict | None:
+    if summary is None:
+        return None
+    return {
+        **asdict(summary),
+        "acceptance_rate": summary.acceptance_rate,
+        "mean_accepted_length": summary.mean_accepted_length,
+        "tokens_per_second": summary.tokens_per_second,
+    }
+
+
+def _complete(run) -> tuple[list[int], object]:
+    """Runs one decoder to the end; returns its tokens and summary."""
+    tokens: list[int] = []
+    for event in run:
+        if isinstance(event, Finished):
+            return tokens, event.summary
+        tokens.extend(event.emitted_tokens)
+    raise RuntimeError("decoder ended without a summary")
+
+
+def run_workload(
+    sets: list[str], own_prompts: str, own_temperature: float, target: str, drafter: str,
+    k: float, adaptive: bool, max_new_tokens: float,
+) -> Iterator[tuple]:
+    """Each prompt through both decoders in turn; yields (status, table, chart, download files)."""
+    try:
+        prompts = select_prompts(list(sets or []), own_prompts, _number("temperature", own_temperature))
+        rows: list[dict] = []
+        for i, item in enumerate(prompts):
+            yield f"Running prompt {i + 1} of {len(prompts)}: {item.workload} / {item.name}…", _table(rows), gr.skip(), gr.skip()
+            decoding = "greedy" if item.temperature == 0 else "sampling"
+            settings = parse_settings(target, drafter, k, adaptive, decoding, item.temperature, 0, 1.0, 0, max_new_tokens)
+            loaded, prompt_ids, stops = _prepare(settings, item.text)
+            runs = _runs(settings, loaded, prompt_ids, stops)
+            plain_tokens, plain = _complete(runs[PLAIN])
+            spec_tokens, spec = _complete(runs[SPEC])
+            rows.append(_workload_row(item, plain, spec, plain_tokens == spec_tokens if decoding == "greedy" else None))
+            yield f"Done {i + 1} of {len(prompts)}.", _table(rows), charts.workload_figure(rows), gr.skip()
+    except SpecDecError as error:
+        raise gr.Error(str(error)) from None
+    yield _advice(rows), _table(rows), charts.workload_figure(rows), _write_downloads(rows)
+
+
+def _workload_row(item, plain, spec, identical: bool | None) -> dict:
+    return {
+        "workload": item.workload,
+        "prompt": item.name,
+        "temperature": item.temperature,
+        "tokens_plain": plain.tokens,
+        "tokens_spec": spec.tokens,
+        "tok_s_plain": round(plain.tokens_per_second, 2),
+        "tok_s_spec": round(spec.tokens_per_second, 2),
+        "speedup": round(spec.tokens_per_second / plain.tokens_per_second, 3) if plain.tokens_per_second else 0.0,
+        "acceptance_rate": None if spec.acceptance_rate is None else round(spec.acceptance_rate, 3),
+        "mean_accepted_length": round(spec.mean_accepted_length, 2),
+        "identical": identical,
+    }
+
+
+TABLE_COLUMNS = ["workload", "prompt", "temperature", "tok_s_plain", "tok_s_spec", "speedup", "acceptance_rate", "mean_accepted_length", "identical"]
+
+
+def _table(rows: list[dict]) -> list[list]:
+    return [[r[c] for c in TABLE_COLUMNS] for r in rows]
+
+
+def _advice(rows: list[dict]) -> str:
+    lines = ["**Per workload** (tokens per second of all its prompts together):"]
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == workload]
+        plain_s = sum(r["tokens_plain"] / r["tok_s_plain"] for r in mine if r["tok_s_plain"])
+        spec_s = sum(r["tokens_spec"] / r["tok_s_spec"] for r in mine if r["tok_s_spec"])
+        speedup = (sum(r["tokens_spec"] for r in mine) / spec_s) / (sum(r["tokens_plain"] for r in mine) / plain_s)
+        verdict = "speculation pays" if speedup > 1.05 else ("no gain: leave it off" if speedup < 0.95 else "a wash")
+        lines.append(f"- **{workload}**: {speedup:.2f}× over {len(mine)} prompts: {verdict}.")
+    lines.append(
+        "\nThe gain depends on the workload: measure yours both ways before making speculation a global setting."
+    )
+    return "\n".join(lines)
+
+
+def _write_downloads(rows: list[dict]) -> list[str]:
+    folder = Path(tempfile.mkdtemp(prefix="workload-check-"))
+    json_path, csv_path = folder / "workload_check.json", folder / "workload_check.csv"
+    json_path.write_text(json.dumps(rows, indent=2))
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return [str(csv_path), str(json_path)]
+
+
+def run_sweep(prompt: str, target: str, drafter: str, max_new_tokens: float) -> Iterator[tuple]:
+    """Greedy speedup and acceptance for k = 1..8 against one plain run; yields (status, chart, table)."""
+    try:
+        settings = parse_settings(target, drafter, 1, False, "greedy", 0, 0, 1.0, 0, max_new_tokens)
+        yield "Running plain decoding once as the baseline…", gr.skip(), []
+        loaded, prompt_ids, stops = _prepare(settings, prompt)
+        _, plain = _complete(autoregressive(loaded.model, prompt_ids, settings.generation, stops))
+        rows: list[dict] = []
+        for k in range(1, 9):
+            spec_run = _runs(settings, loaded, prompt_ids, stops, DraftConfig(k=k))[SPEC]
+            _, spec = _complete(spec_run)
+            rows.append({
+                "k": k,
+                "speedup": round(spec.tokens_per_second / plain.tokens_per_second, 3),
+                "acceptance_rate": None if spec.acceptance_rate is None else round(spec.acceptance_rate, 3),
+                "mean_accepted_length": round(spec.mean_accepted_length, 2),
+            })
+            yield f"k = {k} done.", charts.sweep_figure(rows), [list(r.values()) for r in rows]
+    except SpecDecError as error:
+        raise gr.Error(str(error)) from None
+    best = max(rows, key=lambda r: r["speedup"])
+    yield f"Best k = {best['k']}: {best['speedup']:.2f}× (acceptance {best['acceptance_rate']}).", charts.sweep_figure(rows), [list(r.values()) for r in rows]
+
+
+def theory_view(a: float, c: float, k: float, last: dict | None):
+    return charts.theory_figure(float(a), float(c), int(k), last["race"] if last else None)
+
+
+def measured_values(last: dict | None):
+    """The last race's measured a and c, to put on the sliders."""
+    race = last["race"] if last else None
+    if race is None or race.acceptance_rate is None or race.cost_ratio is None:
+        return gr.skip(), gr.skip(), gr.skip()
+    return round(race.acceptance_rate, 3), round(min(race.cost_ratio, 2.0), 3), race.k
+
+
+def step_view(index: float, last: dict | None) -> str:
+    race = last["race"] if last else None
+    if race is None or not race.spec_steps:
+        return "<p>Run a race first: the step-through replays the real steps of your last race.</p>"
+    steps = race.spec_steps
+    i = max(0, min(int(index) - 1, len(steps) - 1))
+    return views.step_detail_html(steps[i], i, len(steps), views.TokenText(load_model(last["target"]).tokenizer))
+
+
+def step_slider(last: dict | None) -> gr.Slider:
+    total = len(last["race"].spec_steps) if last else 0
+    return gr.Slider(minimum=1, maximum=max(total, 2), value=1, step=1, interactive=total > 1)

@@ -1,0 +1,16 @@
+"""Limits that protect a shared 2-vCPU Space. Each is shown in the UI where it applies."""
+
+import os
+
+MAX_NEW_TOKENS = int(os.environ.get("SPECDEC_MAX_NEW_TOKENS", "256"))
+MAX_PROMPT_CHARS = int(os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "4000"))
+MAX_K = 16
+RUN_SECONDS = float(os.environ.get("SPECDEC_RUN_SECONDS", "90"))  # per decoder, per run
+MAX_WORKLOAD_PROMPTS = 12
+QUEUE_SIZE = int(os.environ.get("SPECDEC_QUEUE_SIZE", "16"))
+CONCURRENCY = 1  # one generation at a time keeps timings honest on 2 cores
+
+SUMMARY = (
+    f"Limits: up to {MAX_NEW_TOKENS} new tokens, {MAX_PROMPT_CHARS:,} prompt characters, k ≤ {MAX_K}, "
+    f"{RUN_SECONDS:.0f} s per decoder per run; one run at a time, {QUEUE_SIZE} waiting at most."
+)

@@ -1,0 +1,189 @@
+"""build_ui(): the Blocks layout and its event wiring. Handlers live in handlers.py, views in views.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from specdec_core import EMBEDDED_ID
+from specdec_core.models import PRESETS
+
+from . import handlers, limits, views
+from .explainer import HEADLINES, INTRO, STEP_INTRO
+from .workloads import CUSTOM, builtin_sets, race_presets
+
+CSS_FILE = Path(__file__).resolve().parent.parent / "assets" / "style.css"
+LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
+GENERATION = "generation"  # one concurrency group: races, checks and sweeps share the CPU one at a time
+
+
+def build_ui() -> gr.Blocks:
+    with gr.Blocks(title="Speculative decoding, shown and measured") as demo:
+        last_race = gr.State(None)  # per browser session: the last race, for the explainer
+        gr.Markdown(
+            "# Speculative decoding, shown and measured\n"
+            "A small **draft** guesses several tokens; the large **target** checks them all in one pass and keeps those "
+            "it agrees with. The output is exactly the target's; only the speed changes, and by how much depends on your text."
+        )
+        with gr.Tabs():
+            with gr.Tab("Race", id="race"):
+                race = _race_tab(last_race)
+            with gr.Tab("Workload check", id="workload"):
+                _workload_tab(race)
+            with gr.Tab("Explainer", id="explainer") as explainer_tab:
+                _explainer_tab(last_race, explainer_tab)
+    return demo
+
+
+def _race_tab(last_race: gr.State) -> dict:
+    with gr.Row():
+        with gr.Column(scale=3):
+            prompt = gr.Textbox(
+                label="Prompt",
+                lines=5,
+                value=builtin_sets()["structured"]["prompts"][0]["text"],
+                info=f"Sent as a user turn in the model's chat template; at most {limits.MAX_PROMPT_CHARS:,} characters.",
+            )
+            labels, texts = zip(*race_presets())
+            gr.Examples(examples=[[t] for t in texts], inputs=[prompt], example_labels=list(labels), label="Workload presets", cache_examples=False)
+            with gr.Row():
+                run = gr.Button("Race", variant="primary")
+                stop = gr.Button("Stop", variant="stop")
+        with gr.Column(scale=2):
+            target = gr.Dropdown(
+                choices=[(p.label, p.target) for p in PRESETS], value=EMBEDDED_ID, label="Target model", allow_custom_value=True,
+                info="A preset, or any hub id / local folder / .gguf path. Hub models need network access.",
+            )
+            drafter = handlers.drafter_choices(EMBEDDED_ID)
+            drafter.label, drafter.allow_custom_value = "Drafter", True
+            drafter.info = "Must share the target's tokenizer. Early exit is a deliberately bad draft."
+            with gr.Row():
+                k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
+                adaptive = gr.Checkbox(value=False, label="Adaptive k", info="picks k from measured a and cost; 0 when drafts lose")
+            decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding")
+            with gr.Row():
+                temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", info="sampling only")
+                top_k = gr.Number(value=0, minimum=0, maximum=1000, precision=0, label="Top-k (0 = off)")
+            with gr.Row():
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                seed = gr.Number(value=0, minimum=0, precision=0, label="Seed")
+            max_new_tokens = gr.Slider(8, limits.MAX_NEW_TOKENS, value=96, step=8, label="Max new tokens", info=f"at most {limits.MAX_NEW_TOKENS}")
+    gr.HTML(views.legend_html())
+    with gr.Row(equal_height=True):
+        plain_pane = gr.HTML(elem_id="plain-pane")
+        spec_pane = gr.HTML(elem_id="spec-pane")
+    summary = gr.HTML(elem_id="race-summary")
+    plot = gr.Plot(label="Live charts", elem_id="race-charts")
+    with gr.Accordion("Run details (JSON, as the API returns them)", open=False):
+        details = gr.JSON(label="details")
+    gr.Markdown(f"<p class='note'>{handlers.TIMING_NOTE}<br>{limits.SUMMARY}</p>")
+
+    target.change(handlers.drafter_choices, target, drafter, api_visibility="private")
+    event = gr.on(
+        [run.click, prompt.submit],
+        handlers.run_race,
+        inputs=[prompt, target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens],
+        outputs=[plain_pane, spec_pane, plot, summary, details, last_race],
+        api_name="race",
+        concurrency_id=GENERATION,
+        concurrency_limit=limits.CONCURRENCY,
+        show_progress="minimal",
+    )
+    stop.click(None, cancels=[event], api_visibility="private")
+    return {"target": target, "drafter": drafter, "k": k, "adaptive": adaptive}
+
+
+def _workload_tab(race: dict) -> None:
+    gr.Markdown(
+        "Runs each prompt through both decoders in turn, with the model, drafter and k of the **Race** tab. "
+        "Structured prompts are decoded greedily, creative ones sampled at temperature 1. "
+        "**Measure both before making speculation a global setting**: it pays on some workloads and costs on others."
+    )
+    with gr.Row():
+        with gr.Column():
+            sets = gr.CheckboxGroup(
+                [("structured (JSON, code edit, list, extraction, copying)", "structured"), ("creative (poem, story, brainstorm)", "creative"), ("your prompts", CUSTOM)],
+                value=["structured", "creative"], label="Prompt sets",
+                info=f"at most {limits.MAX_WORKLOAD_PROMPTS} prompts per check",
+            )
+            own_prompts = gr.Textbox(label="Your prompts, one per line", lines=4, placeholder="Summarise this ticket: ...")
+            own_temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature for your prompts (0 = greedy)")
+            max_new_tokens = gr.Slider(8, limits.MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens per prompt")
+            with gr.Row():
+                run = gr.Button("Run workload check", variant="primary")
+                stop = gr.Button("Stop", variant="stop")
+        with gr.Column():
+            status = gr.Markdown("Results appear here prompt by prompt.")
+            downloads = gr.File(label="Download results (CSV, JSON)", file_count="multiple", interactive=False)
+    table = gr.Dataframe(headers=handlers.TABLE_COLUMNS, label="Per prompt", interactive=False, wrap=True)
+    chart = gr.Plot(label="Speedup and acceptance per prompt")
+    event = run.click(
+        handlers.run_workload,
+        inputs=[sets, own_prompts, own_temperature, race["target"], race["drafter"], race["k"], race["adaptive"], max_new_tokens],
+        outputs=[status, table, chart, downloads],
+        api_name="workload_check",
+        concurrency_id=GENERATION,
+        concurrency_limit=limits.CONCURRENCY,
+        show_progress="minimal",
+    )
+    stop.click(None, cancels=[event], api_visibility="private")
+
+    gr.Markdown("### k sweep\nGreedy speedup and acceptance for k = 1 … 8 on one prompt, against one plain run.")
+    with gr.Row():
+        with gr.Column():
+            sweep_prompt = gr.Textbox(label="Prompt", lines=3, value=builtin_sets()["structured"]["prompts"][1]["text"])
+            sweep_tokens = gr.Slider(8, 128, value=32, step=8, label="Max new tokens per run")
+            sweep_run = gr.Button("Run k sweep", variant="primary")
+            sweep_status = gr.Markdown()
+        with gr.Column():
+            sweep_chart = gr.Plot(label="Speedup vs k")
+    sweep_table = gr.Dataframe(headers=["k", "speedup", "acceptance_rate", "mean_accepted_length"], interactive=False)
+    sweep_run.click(
+        handlers.run_sweep,
+        inputs=[sweep_prompt, race["target"], race["drafter"], sweep_tokens],
+        outputs=[sweep_status, sweep_chart, sweep_table],
+        api_name="k_sweep",
+        concurrency_id=GENERATION,
+        concurrency_limit=limits.CONCURRENCY,
+        show_progress="minimal",
+    )
+
+
+def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
+    gr.Markdown(INTRO, latex_delimiters=LATEX)
+    with gr.Row():
+        with gr.Column(scale=1):
+            a = gr.Slider(0.0, 0.99, value=0.8, step=0.01, label="Acceptance rate a")
+            c = gr.Slider(0.0, 1.5, value=0.2, step=0.01, label="Cost ratio c (draft step / target step)")
+            k = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
+            use_last = gr.Button("Use my last race's a, c and k")
+        with gr.Column(scale=2):
+            theory = gr.Plot(label="Expected speedup vs k")
+    gr.Markdown(HEADLINES)
+    gr.Markdown(STEP_INTRO)
+    with gr.Row():
+        previous = gr.Button("◀ previous step", size="sm")
+        step = gr.Slider(1, 2, value=1, step=1, label="Step of the last race", interactive=False)
+        following = gr.Button("next step ▶", size="sm")
+    step_html = gr.HTML()
+
+    sliders = [a, c, k]
+    for slider in sliders:
+        slider.change(handlers.theory_view, sliders + [last_race], theory, api_visibility="private", show_progress="hidden")
+    use_last.click(handlers.measured_values, last_race, sliders, api_visibility="private").then(
+        handlers.theory_view, sliders + [last_race], theory, api_visibility="private"
+    )
+    tab.select(handlers.step_slider, last_race, step, api_visibility="private").then(
+        handlers.step_view, [step, last_race], step_html, api_visibility="private"
+    ).then(handlers.theory_view, sliders + [last_race], theory, api_visibility="private")
+    step.change(handlers.step_view, [step, last_race], step_html, api_visibility="private", show_progress="hidden")
+    previous.click(lambda i: max(1, int(i) - 1), step, step, api_visibility="private")
+    following.click(lambda i: int(i) + 1, step, step, api_visibility="private")
+
+
+def launch(demo: gr.Blocks, **kwargs):
+    """Queue and launch with the project's CSS; offline-safe (no analytics, no SSR node server)."""
+    demo.queue(max_size=limits.QUEUE_SIZE, default_concurrency_limit=limits.CONCURRENCY)
+    # show_error: a bad value sent through the API (a string for a number) reaches the caller as a message.
+    return demo.launch(css=CSS_FILE.read_text(), theme=gr.themes.Default(), ssr_mode=False, show_error=True, **kwargs)

@@ -1,0 +1,88 @@
+"""The launched app driven through gradio_client on the embedded default, as a script would use it."""
+
+import pytest
+from gradio_client import Client
+
+from app.ui import build_ui, launch
+from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
+
+pytestmark = pytest.mark.slow
+RACE_DEFAULTS = dict(
+    target=EMBEDDED_ID, drafter=DRAFT_NGRAM, k=3, adaptive=False, decoding="greedy",
+    temperature=1.0, top_k=0, top_p=1.0, seed=0, max_new_tokens=32,
+)
+
+
+@pytest.fixture(scope="module")
+def client():
+    demo = build_ui()
+    launch(demo, prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
+    yield Client(demo.local_url, verbose=False)
+    demo.close()
+
+
+def race(client, **overrides):
+    return client.predict(prompt=overrides.pop("prompt", "List three colours as a JSON array."), **{**RACE_DEFAULTS, **overrides}, api_name="/race")
+
+
+def test_race_returns_both_panes_and_identical_greedy_outputs(client):
+    plain_pane, spec_pane, plot, summary, details = race(client, drafter=DRAFT_BF16)
+    assert "tok-accepted" in spec_pane
+    assert "target only" in plain_pane and "speculative" in spec_pane
+    assert details["identical"] is True
+    assert details["plain_tokens"] == details["spec_tokens"] and len(details["plain_tokens"]) > 0
+    assert details["spec"]["target_passes"] < details["plain"]["target_passes"]
+    assert "✔ identical" in summary
+    assert plot is not None
+
+
+def test_race_streams_intermediate_updates(client):
+    job = client.submit(prompt="Count from one to ten in words.", **{**RACE_DEFAULTS, "max_new_tokens": 24}, api_name="/race")
+    updates = list(job)
+    assert len(updates) > 3  # one update per step, not one at the end
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(prompt="   "), "prompt is empty"),
+        (dict(prompt="x" * 5000), "limit here is 4,000"),
+        (dict(k=0), "less than minimum value 1"),
+        (dict(k="many"), "Could not preprocess input component at index 3"),
+        (dict(top_p=0), "less than minimum value 0.05"),
+        (dict(decoding="sampling", temperature=-1), "less than minimum value 0.05"),
+        (dict(decoding="banana"), "not in the list of choices"),
+        (dict(max_new_tokens=100000), "greater than maximum value 256"),
+        (dict(target="no-such-org/no-such-model"), "cannot be reached"),
+        (dict(target="Qwen/Qwen2.5-1.5B-Instruct"), "cannot be reached"),
+    ],
+)
+def test_bad_input_gets_a_clear_message_and_the_app_keeps_working(client, overrides, message):
+    with pytest.raises(Exception, match=message):
+        race(client, **overrides)
+
+
+def test_app_still_works_after_errors(client):
+    *_, details = race(client, max_new_tokens=8)
+    assert details["identical"] is True
+
+
+def test_workload_check_reports_each_prompt(client):
+    status, table, chart, files = client.predict(
+        sets=["custom"],
+        own_prompts="Repeat exactly: alpha beta gamma delta.\nWrite one word: blue.",
+        own_temperature=0.0,
+        target=EMBEDDED_ID,
+        drafter=DRAFT_NGRAM,
+        k=3,
+        adaptive=False,
+        max_new_tokens=16,
+        api_name="/workload_check",
+    )
+    rows = table["data"]
+    assert len(rows) == 2
+    headers = table["headers"]
+    assert all(row[headers.index("identical")] is True for row in rows)
+    assert all(row[headers.index("speedup")] > 0 for row in rows)
+    assert "custom" in status and "measure yours both ways" in status
+    assert sorted(f.rsplit(".", 1)[-1] for f in files) == ["csv", "json"]

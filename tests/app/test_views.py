@@ -1,0 +1,96 @@
+"""Event-to-view functions on real events from the core (tiny models, a word-level tokenizer)."""
+
+import re
+
+import plotly.graph_objects as go
+import pytest
+
+from app import charts, views
+from app.race import PLAIN, SPEC, Race, interleave
+from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, SpecStep, autoregressive, speculative
+from tests.specdec_core.test_models import word_tokenizer
+
+PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
+WORDS = ["<b>", "&amp;", "\"q\"", "<script>alert(1)</script>"] + [f"w{i}" for i in range(27)]
+
+
+@pytest.fixture(scope="module")
+def race(target_model, draft_model) -> Race:
+    config = GenerationConfig(max_new_tokens=40)
+    race = Race(greedy=True, k=4)
+    runs = {PLAIN: autoregressive(target_model, PROMPT, config), SPEC: speculative(target_model, ModelDrafter(draft_model), PROMPT, config)}
+    for side, event in interleave(runs):
+        race.add(side, event)
+    return race
+
+
+@pytest.fixture(scope="module")
+def text() -> views.TokenText:
+    return views.TokenText(word_tokenizer(WORDS))
+
+
+def test_speculative_pane_colours_every_outcome(race, text):
+    pane = views.pane_html("speculative", race.spec, text, running=False)
+    classes = re.findall(r'class="tok tok-(\w+)"', pane)
+    steps = race.spec_steps
+    assert classes.count("accepted") == sum(s.accepted_count for s in steps)
+    assert classes.count("rejected") == sum(s.rejected_count for s in steps)
+    assert classes.count("correction") == sum(1 for s in steps if s.rejected_token is not None)
+    assert classes.count("bonus") == sum(1 for s in steps if s.rejected_token is None)
+    assert "accept prob=" in pane and "target p=" in pane and "draft q=" in pane
+
+
+def test_model_text_is_escaped(race, text):
+    """No markup from a token reaches the page: the tokenizer's vocabulary holds <script> and <b>."""
+    pane = views.pane_html("speculative", race.spec, text, running=False) + views.pane_html("target only", race.plain, text, False)
+    assert "<script>" not in pane and "<b>" not in pane.replace("<b>speculative</b>", "").replace("<b>target only</b>", "")
+    raw = views.TokenText(word_tokenizer(WORDS))
+    span = next(views.step_spans(race.plain.steps[0], raw))
+    assert "<" not in re.sub(r"^<span[^>]*>|</span>$", "", span)
+
+
+def test_summary_reports_identity_and_passes_saved(race):
+    html = views.summary_html(race)
+    assert race.identical is True
+    assert "✔ identical" in html
+    saved = race.plain.summary.target_passes - race.spec.summary.target_passes
+    assert f"({saved:+d} saved)" in html
+    assert f"{race.speedup:.2f}×" in html
+
+
+def test_race_interleaves_by_own_clock(race):
+    assert race.plain.summary.tokens == race.spec.summary.tokens == 40
+    assert race.plain.clock == pytest.approx(race.plain.summary.seconds)
+    assert race.spec.clock == pytest.approx(race.spec.summary.seconds)
+
+
+def test_race_chart_has_all_four_panels(race):
+    fig = charts.race_figure(race)
+    assert isinstance(fig, go.Figure)
+    names = {(t.type, t.xaxis) for t in fig.data}
+    assert {"x", "x2", "x3", "x4"} <= {axis for _, axis in names}
+    histogram = [t for t in fig.data if t.xaxis == "x2"][0]
+    assert sum(histogram.y) == len(race.spec_steps)
+
+
+def test_step_detail_lists_each_draft(race, text):
+    step = next(s for s in race.spec_steps if s.rejected_token is not None)
+    html = views.step_detail_html(step, 0, len(race.spec_steps), text)
+    assert html.count("<tr>") == step.drafted_count + 2  # header, drafts, the target's token
+    assert "rejected" in html and "correction" in html
+
+
+def test_sampling_race_makes_no_identity_claim(target_model, draft_model, text):
+    config = GenerationConfig(max_new_tokens=20, sampling=SamplingConfig(temperature=1.0, seed=1))
+    race = Race(greedy=False, k=4)
+    runs = {PLAIN: autoregressive(target_model, PROMPT, config), SPEC: speculative(target_model, ModelDrafter(draft_model), PROMPT, config)}
+    for side, event in interleave(runs):
+        race.add(side, event)
+    assert race.identical is None
+    assert "n/a: sampling keeps the distribution" in views.summary_html(race)
+
+
+def test_theory_chart_plots_the_measured_point(race):
+    fig = charts.theory_figure(0.8, 0.2, 4, race)
+    stars = [t for t in fig.data if t.marker and t.marker.symbol == "star"]
+    assert stars and stars[0].y[0] == pytest.approx(race.speedup)
