@@ -6,13 +6,16 @@ import threading
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app.ui import build_ui, launch  # noqa: E402
-from specdec_core import DRAFT_BF16, EMBEDDED_ID, load_model, make_drafter  # noqa: E402
+from specdec_core import load_model, make_drafter  # noqa: E402
+from specdec_core.models import PRESETS, default_target  # noqa: E402
 
 
 def warm_default_models() -> None:
-    """Load the embedded pair in the background so the page is up at once and the first race starts sooner."""
+    """Load the default pair in the background so the page is up at once and the first race starts sooner."""
+    target = default_target()
     try:
-        make_drafter(DRAFT_BF16, load_model(EMBEDDED_ID))
+        preset = next(p for p in PRESETS if p.target == target)
+        make_drafter(preset.drafts[0], load_model(target))
     except Exception as error:  # shown again, as a clear message, when a race asks for the model
         print(f"Warm-up failed: {error}")
 

