@@ -14,7 +14,16 @@ from transformers import PreTrainedTokenizerBase
 from specdec_core import ACCEPTED, BONUS, CORRECTION, REJECTED, TARGET, PlainStep, SpecStep
 from specdec_core.events import Step
 
+from .limits import RUN_SECONDS
 from .race import Pane, Race
+
+STOP_REASONS = {
+    "eos": "end of turn",
+    "max_new_tokens": "max new tokens",
+    "context_full": "context window full",
+    "time_limit": f"time limit ({RUN_SECONDS:.0f} s per decoder)",
+    "cancelled": "cancelled",
+}
 
 LEGEND = {
     ACCEPTED: "draft token accepted",
@@ -106,7 +115,7 @@ def summary_html(race: Race) -> str:
         ("mean tokens per target pass", "1.00", f"{spec.mean_accepted_length:.2f}"),
         ("tokens / s (own clock)", f"{plain.tokens_per_second:.1f}", f"{spec.tokens_per_second:.1f}"),
         ("speedup", "1.00×", f"{race.speedup:.2f}×" if race.speedup else "n/a"),
-        ("stopped by", plain.stop_reason, spec.stop_reason),
+        ("stopped by", STOP_REASONS[plain.stop_reason], STOP_REASONS[spec.stop_reason]),
         ("greedy outputs", "", identical),
     ]
     body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>" for a, b, c in rows)

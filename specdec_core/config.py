@@ -50,18 +50,14 @@ class SamplingConfig:
 class DraftConfig:
     """How many tokens the drafter proposes per step.
 
-    adaptive=True starts at k and lets the schedule move between 0 and max(k, 8)
-    (see schedule.py); min_confidence makes a model drafter stop early when its own
-    top probability falls below it (the same idea as transformers' assistant_confidence_threshold).
+    adaptive=True starts at k and lets the schedule move between 0 and max(k, 8) (see schedule.py).
     """
 
     k: int = 4
     adaptive: bool = False
-    min_confidence: float = 0.0
 
     def __post_init__(self) -> None:
         _check_number("draft length k", self.k, 1, MAX_DRAFT_TOKENS, integer=True)
-        _check_number("min_confidence", self.min_confidence, 0.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)

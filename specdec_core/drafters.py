@@ -28,6 +28,10 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
+    def begin(self, target: CachedModel) -> None:
+        """Called once, after the target has read the prompt (its cache holds it)."""
+        ...
+
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         """Up to k tokens that might follow context (fewer when unsure or out of ideas)."""
         ...
@@ -40,11 +44,22 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A small causal LM that samples its guesses with the run's own sampler (same warpers as the target)."""
 
-    def __init__(self, model: PreTrainedModel, name: str = "draft model", min_confidence: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        name: str = "draft model",
+        min_confidence: float = 0.0,
+        shares_target_weights: bool = False,
+    ) -> None:
         self.name = name
         self.min_confidence = min_confidence
+        self.shares_target_weights = shares_target_weights  # a copy or truncation of the target itself
         self._model = CachedModel(model)
         self._proposal_start = 0  # context length when the last proposal began
+
+    def begin(self, target: CachedModel) -> None:
+        if self.shares_target_weights:
+            self._model.adopt_prefix(target, target.length)
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
@@ -81,6 +96,9 @@ class NgramDrafter:
         self.name = name
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+
+    def begin(self, target: CachedModel) -> None:
+        """Nothing to prepare: the context is searched afresh at each step."""
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()

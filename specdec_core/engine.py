@@ -123,6 +123,12 @@ def speculative(
     """Speculative decoding: the drafter proposes up to k tokens, one target pass verifies them all."""
     run = _Run(target, prompt_ids, config, stop_token_ids)
     schedule = make_schedule(draft_config)
+    # The target reads the prompt alone and gives the first token, as in plain decoding; then the
+    # drafter may start from the target's cache instead of reading the prompt again.
+    first = run.record(run.plain_step())
+    schedule.update(first)
+    yield first
+    drafter.begin(run.target)
     while run.stop_reason is None:
         # k <= remaining - 1 so that accepted drafts plus the bonus token never exceed the budget.
         k = min(schedule.next(), run.remaining - 1)

@@ -72,8 +72,8 @@ class AdaptiveDraftLength:
         return 1 if self._plain_steps > self._probe_wait else 0
 
     def update(self, step: Step) -> None:
-        if not self._seen_prefill:  # the first step also fills both caches with the prompt:
-            self._seen_prefill = True  # its times say nothing about a decode step
+        if not self._seen_prefill:  # the first step reads the whole prompt:
+            self._seen_prefill = True  # its time says nothing about a decode step
             return
         if isinstance(step, PlainStep):
             self._learn_target_cost(1, step.seconds)

@@ -62,6 +62,14 @@ def test_bad_input_gets_a_clear_message_and_the_app_keeps_working(client, overri
         race(client, **overrides)
 
 
+def test_unicode_and_markup_in_the_prompt_are_rendered_safely(client):
+    prompt = 'Répète: "<script>alert(1)</script>" \x00\x1b[31m ✓ 日本語 <img src=x onerror=alert(2)>'
+    plain_pane, spec_pane, _, summary, details = race(client, prompt=prompt, max_new_tokens=24)
+    for html in (plain_pane, spec_pane, summary):
+        assert "<script" not in html and "<img" not in html
+    assert details["identical"] is True
+
+
 def test_app_still_works_after_errors(client):
     *_, details = race(client, max_new_tokens=8)
     assert details["identical"] is True

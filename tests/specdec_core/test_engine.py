@@ -1,5 +1,7 @@
 """Both decoders on tiny random models: greedy losslessness, sampling losslessness, stopping."""
 
+import copy
+
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -31,7 +33,8 @@ def generated(events) -> list[int]:
 def drafters(target, draft):
     yield "draft model", lambda: ModelDrafter(draft)
     yield "n-gram", lambda: NgramDrafter()
-    yield "early exit", lambda: ModelDrafter(early_exit_copy(target, 1))
+    yield "early exit, sharing the prompt cache", lambda: ModelDrafter(early_exit_copy(target, 1), shares_target_weights=True)
+    yield "float16 copy, sharing the prompt cache", lambda: ModelDrafter(copy.deepcopy(target).half(), shares_target_weights=True)
     yield "the target itself", lambda: ModelDrafter(target)
 
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig
+from specdec_core import ModelDrafter, SamplingConfig
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
 
@@ -34,7 +34,7 @@ def test_full_acceptance_keeps_the_whole_cache(target_model):
 
 
 def test_draft_model_cache_rolls_back_to_the_accepted_prefix(target_model, draft_model):
-    sampler = Sampler(GenerationConfig(sampling=SamplingConfig()).sampling)
+    sampler = Sampler(SamplingConfig())
     drafter = ModelDrafter(draft_model)
     context = [0, 3, 6, 9]
     first = drafter.propose(context, 4, sampler)
@@ -44,3 +44,21 @@ def test_draft_model_cache_rolls_back_to_the_accepted_prefix(target_model, draft
     expected = torch.softmax(fresh_logits(draft_model, context), dim=-1)
     torch.testing.assert_close(second.probs[0], expected, rtol=1e-4, atol=1e-5)
     assert second.passes == 1  # the catch-up tokens rode along in the same pass
+
+
+def test_model_drafter_stops_when_unsure(draft_model):
+    sampler = Sampler(SamplingConfig())
+    confident = ModelDrafter(draft_model).propose([0, 3, 6, 9], 6, sampler)
+    top = float(confident.probs.max(dim=-1).values.min())  # the least confident position
+    unsure = ModelDrafter(draft_model, min_confidence=top + 1e-6).propose([0, 3, 6, 9], 6, sampler)
+    assert len(unsure.tokens) < len(confident.tokens) == 6
+    assert unsure.tokens == confident.tokens[: len(unsure.tokens)]
+
+
+def test_adopted_prompt_cache_gives_the_same_logits_as_reading_the_prompt(target_model):
+    prompt = [0, 4, 8, 15, 16, 23, 42 % 32]
+    target = CachedModel(target_model)
+    target.forward(prompt)
+    adopted = CachedModel(target_model)
+    adopted.adopt_prefix(target, len(prompt))
+    torch.testing.assert_close(adopted.forward([5])[0], fresh_logits(target_model, prompt + [5]), rtol=1e-4, atol=1e-4)

@@ -43,3 +43,24 @@ def test_model_that_needs_remote_code_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="trust_remote_code"):
         load_model(str(tmp_path))
+
+
+def test_model_cache_is_bounded_and_evicts_the_least_recently_used(tmp_path):
+    from specdec_core import models
+    from tests.conftest import tiny_llama
+
+    tokenizer = word_tokenizer(["a", "b"])
+    folders = []
+    for i in range(models.MODEL_CACHE_SIZE + 1):
+        folder = tmp_path / f"m{i}"
+        tiny_llama(seed=i).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders.append(str(folder))
+    models._load_cached.cache_clear()
+    first = load_model(folders[0])
+    assert load_model(folders[0]) is first  # a second run does not reload
+    for folder in folders[1:]:
+        load_model(folder)
+    assert models._load_cached.cache_info().currsize == models.MODEL_CACHE_SIZE
+    assert load_model(folders[0]) is not first  # evicted, then loaded anew
+    models._load_cached.cache_clear()

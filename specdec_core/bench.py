@@ -1,0 +1,291 @@
+"""Benchmark: ours against transformers on the same pair, and measurement against theory.
+
+    python -m specdec_core.bench [--repeats 3] [--tokens 48] [--k 3] [--prompts 2] [--out bench-results]
+    python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
+
+Everything is measured in one process, on the same prompts, interleaved per prompt so that drift
+of a noisy machine hits all methods alike; medians over repeats; ratios, not absolute times, are
+the results. Greedy throughout, except the creative adaptive-k check, which samples at
+temperature 1 (that is where drafts get rejected). Writes a JSON file to compare across commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from .config import DraftConfig, GenerationConfig, SamplingConfig
+from .cpu_kernels import without_speed_up
+from .engine import autoregressive, speculative
+from .events import Finished
+from .models import DRAFT_BF16, DRAFT_EARLY_EXIT, DRAFT_FP16, DRAFT_NGRAM, EMBEDDED_ID, load_model, make_drafter, reduced_copy
+from .prompts import encode_prompt, stop_token_ids
+from .theory import expected_speedup
+
+WORKLOADS = Path(__file__).resolve().parent.parent / "assets" / "workloads.json"
+DRAFT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Timing:
+    """One method on one prompt: seconds per repeat, tokens, and our own counters where we have them."""
+
+    seconds: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    draft_pass_seconds: list[float] = field(default_factory=list)  # per draft pass, from the events
+    step_seconds: list[float] = field(default_factory=list)  # per plain step, from the events
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+def ours(model, prompt, tokens: int, stops, drafter=None, draft: DraftConfig | None = None, sampling=SamplingConfig()):
+    def run() -> tuple[list[int], list, Finished]:
+        config = GenerationConfig(max_new_tokens=tokens, sampling=sampling)
+        events = (
+            autoregressive(model, prompt, config, stops)
+            if drafter is None
+            else speculative(model, drafter(), prompt, config, draft, stops)
+        )
+        *steps, finished = list(events)
+        return [t for s in steps for t in s.emitted_tokens], steps, finished
+
+    return run
+
+
+def theirs(model, prompt, tokens: int, stops, **generate_kwargs):
+    ids = torch.tensor([prompt])
+
+    def run() -> tuple[list[int], list, None]:
+        out = model.generate(ids, max_new_tokens=tokens, do_sample=False, eos_token_id=list(stops), **generate_kwargs)
+        return out[0, len(prompt) :].tolist(), [], None
+
+    return run
+
+
+def set_assistant(assistant, num_tokens, schedule, threshold) -> None:
+    """transformers reads these from the assistant's own generation config (and keeps state there)."""
+    assistant.generation_config.num_assistant_tokens = num_tokens
+    assistant.generation_config.num_assistant_tokens_schedule = schedule
+    assistant.generation_config.assistant_confidence_threshold = threshold
+
+
+def drafter_table(args) -> None:
+    """Every offline drafter on the first structured and the first creative prompt, greedy, fixed k."""
+    target = load_model(EMBEDDED_ID)
+    stops = stop_token_ids(target.tokenizer, target.model)
+    sets = json.loads(WORKLOADS.read_text())
+    draft = DraftConfig(k=args.k)
+    print(f"{'prompt':22s} {'drafter':16s} {'acceptance':>10s} {'tokens/pass':>11s} {'speedup':>8s}")
+    for workload in ("structured", "creative"):
+        item = sets[workload]["prompts"][0]
+        prompt = encode_prompt(target.tokenizer, item["text"])
+        methods = {"plain": ours(target.model, prompt, args.tokens, stops)}
+        for spec in (DRAFT_FP16, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT):
+            methods[spec] = ours(target.model, prompt, args.tokens, stops, lambda spec=spec: make_drafter(spec, target), draft)
+        timings, _ = measure(methods, args.repeats)
+        for spec, t in timings.items():
+            if spec != "plain":
+                speedup = timings["plain"].median / t.median
+                print(f"{workload + ' / ' + item['name']:22s} {spec:16s} {t.acceptance_rate:10.2f} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
+
+
+def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
+    timings = {name: Timing() for name in methods}
+    outputs: dict[str, list[int]] = {}
+    for _ in range(repeats):
+        for name, run in methods.items():  # interleaved: machine drift hits every method alike
+            started = time.perf_counter()
+            tokens, steps, finished = run()
+            timings[name].seconds.append(time.perf_counter() - started)
+            timings[name].tokens.append(len(tokens))
+            outputs[name] = tokens
+            if finished is not None:
+                record_counters(timings[name], steps, finished)
+    return timings, outputs
+
+
+def record_counters(timing: Timing, steps: list, finished: Finished) -> None:
+    s = finished.summary
+    timing.acceptance_rate = s.acceptance_rate
+    timing.mean_accepted_length = s.mean_accepted_length
+    # The first step also prefills the prompt: it is no decode step, so it is left out of the costs.
+    timing.draft_pass_seconds += [st.draft_seconds / st.draft_passes for st in steps[1:] if st.draft_passes]
+    timing.step_seconds += [st.seconds for st in steps[1:] if not st.drafted_count]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--k", type=int, default=3, help="fixed draft length for ours and transformers' same-k runs")
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per workload")
+    parser.add_argument("--out", default="bench-results")
+    parser.add_argument("--drafters", action="store_true", help="only the per-drafter table (acceptance, speedup)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    if args.drafters:
+        drafter_table(args)
+        return
+
+    target = load_model(EMBEDDED_ID)
+    stops = stop_token_ids(target.tokenizer, target.model)
+    # transformers as a user runs it: the same weights with stock nn.Linear (see cpu_kernels.py).
+    stock_target = without_speed_up(copy.deepcopy(target.model))
+    drafts = {name: reduced_copy(EMBEDDED_ID, dtype) for name, dtype in DRAFT_DTYPES.items()}
+    stock_drafts = {name: without_speed_up(copy.deepcopy(model)) for name, model in drafts.items()}
+    sets = json.loads(WORKLOADS.read_text())
+    report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
+                    "torch_threads": torch.get_num_threads(), "args": vars(args), "prompts": []}
+    k = args.k
+    fixed, adaptive = DraftConfig(k=k), DraftConfig(k=k, adaptive=True)
+    drafters = {"fp16": lambda: make_drafter(DRAFT_FP16, target), "bf16": lambda: make_drafter(DRAFT_BF16, target),
+                "ngram": lambda: make_drafter(DRAFT_NGRAM, target)}
+
+    def assisted(model, draft, num_tokens, schedule, threshold, prompt, n):
+        generate = theirs(model, prompt, n, stops, assistant_model=draft)
+        return lambda: (set_assistant(draft, num_tokens, schedule, threshold), generate())[1]
+
+    for workload in ("structured", "creative"):
+        for item in sets[workload]["prompts"][: args.prompts]:
+            prompt = encode_prompt(target.tokenizer, item["text"])
+            m, n = target.model, args.tokens
+            methods = {"ours plain": ours(m, prompt, n, stops), "hf generate": theirs(stock_target, prompt, n, stops)}
+            for name, make in drafters.items():
+                methods[f"ours {name} k"] = ours(m, prompt, n, stops, make, fixed)
+                methods[f"ours {name} adaptive"] = ours(m, prompt, n, stops, make, adaptive)
+            for name in DRAFT_DTYPES:
+                methods[f"hf {name} assisted defaults"] = assisted(stock_target, stock_drafts[name], None, None, None, prompt, n)
+                methods[f"hf {name} assisted same k"] = assisted(stock_target, stock_drafts[name], k, "constant", 0.0, prompt, n)
+            methods["hf fp16 assisted same k, our kernels"] = assisted(m, drafts["fp16"], k, "constant", 0.0, prompt, n)
+            methods["hf ngram prompt lookup 10"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=10)
+            methods["hf ngram prompt lookup same k"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=k)
+            methods["hf ngram prompt lookup same k, our kernels"] = theirs(m, prompt, n, stops, prompt_lookup_num_tokens=k)
+            if workload == "creative":
+                sampled = SamplingConfig(temperature=1.0, seed=0)
+                methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
+                for name in ("fp16", "ngram"):
+                    methods[f"ours {name} k T=1"] = ours(m, prompt, n, stops, drafters[name], fixed, sampled)
+                    methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
+            timings, outputs = measure(methods, args.repeats)
+            report["prompts"].append(prompt_report(workload, item["name"], timings, outputs, k))
+            print_prompt(report["prompts"][-1])
+
+    report["summary"] = summarize_report(report["prompts"])
+    report["peak_rss_mib"] = peak_rss_mib()
+    print_summary(report["summary"], report["peak_rss_mib"])
+    out = Path(args.out)
+    out.mkdir(exist_ok=True)
+    path = out / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {path}")
+
+
+def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], k: int) -> dict:
+    plain = timings["ours plain"].median
+    # c from the same runs: a draft pass over a decode step of plain decoding.
+    plain_step = statistics.median(timings["ours plain"].step_seconds)
+    costs = {d: statistics.median(timings[f"ours {d} k"].draft_pass_seconds) / plain_step for d in DRAFT_DTYPES}
+    row = {"workload": workload, "prompt": name, "cost_ratio": costs, "k": k, "methods": {}, "theory": {}}
+    reference = outputs["ours plain"]
+    for method, t in timings.items():
+        sampled = method.endswith("T=1")
+        base = timings["ours plain T=1"].median if sampled else plain
+        row["methods"][method] = {
+            "median_seconds": t.median,
+            "tokens": t.tokens[-1],
+            "speedup_vs_ours_plain": base / t.median,
+            "identical_to_ours_plain": None if sampled else outputs[method] == reference,
+            "acceptance_rate": t.acceptance_rate,
+            "mean_accepted_length": t.mean_accepted_length,
+        }
+    for d, c in costs.items():
+        a = timings[f"ours {d} k"].acceptance_rate
+        theory = expected_speedup(a, k, c)
+        measured = row["methods"][f"ours {d} k"]["speedup_vs_ours_plain"]
+        row["theory"][d] = {"a": a, "c": c, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
+    return row
+
+
+RATIOS = {
+    "ours plain / hf generate": ("hf generate", "ours plain"),
+    **{
+        f"ours best {d} / hf {d} assisted {setting}": (f"hf {d} assisted {setting}", (f"ours {d} k", f"ours {d} adaptive"))
+        for d in DRAFT_DTYPES
+        for setting in ("defaults", "same k")
+    },
+    "ours best ngram / hf prompt lookup 10": ("hf ngram prompt lookup 10", ("ours ngram k", "ours ngram adaptive")),
+    "ours best ngram / hf prompt lookup same k": ("hf ngram prompt lookup same k", ("ours ngram k", "ours ngram adaptive")),
+    # the same kernels on both sides: what is left is the loop and the drafting policy
+    "ours fp16 k / hf fp16 same k, our kernels": ("hf fp16 assisted same k, our kernels", "ours fp16 k"),
+    "ours ngram k / hf lookup same k, our kernels": ("hf ngram prompt lookup same k, our kernels", "ours ngram k"),
+}
+
+
+def speed_ratio(methods: dict, theirs_name: str, ours_names) -> float:
+    names = (ours_names,) if isinstance(ours_names, str) else ours_names
+    best = min(methods[n]["median_seconds"] for n in names)
+    return methods[theirs_name]["median_seconds"] / best
+
+
+def summarize_report(rows: list[dict]) -> dict:
+    summary: dict = {}
+    for workload in ("structured", "creative"):
+        mine = [r for r in rows if r["workload"] == workload]
+        entry = {name: statistics.median(speed_ratio(r["methods"], t, o) for r in mine) for name, (t, o) in RATIOS.items()}
+        speedups = [m for m in mine[0]["methods"] if m.startswith("ours") and m not in ("ours plain", "ours plain T=1")]
+        for method in speedups:
+            entry[f"speedup {method}"] = statistics.median(r["methods"][method]["speedup_vs_ours_plain"] for r in mine)
+        for d in DRAFT_DTYPES:
+            entry[f"measured / theory ({d}, k)"] = statistics.median(r["theory"][d]["measured_over_theory"] for r in mine)
+        entry["all greedy outputs identical"] = all(
+            v["identical_to_ours_plain"] is not False for r in mine for v in r["methods"].values()
+        )
+        summary[workload] = entry
+    return summary
+
+
+def print_prompt(row: dict) -> None:
+    costs = ", ".join(f"c({d}) = {c:.2f}" for d, c in row["cost_ratio"].items())
+    print(f"\n[{row['workload']}] {row['prompt']}  ({costs})")
+    for method, v in row["methods"].items():
+        ident = {None: "  ", True: "= ", False: "≠ "}[v["identical_to_ours_plain"]]
+        a = "" if v["acceptance_rate"] is None else f"  a={v['acceptance_rate']:.2f} L={v['mean_accepted_length']:.2f}"
+        print(f"  {ident}{method:42s} {v['median_seconds']:6.2f}s  {v['speedup_vs_ours_plain']:5.2f}x{a}")
+    for d, t in row["theory"].items():
+        print(f"  theory {d} k: a={t['a']:.2f} c={t['c']:.2f} -> {t['theory']:.2f}x; measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
+
+
+def print_summary(summary: dict, rss: float) -> None:
+    print("\n=== medians over prompts (ratios > 1: ours faster) ===")
+    names = list(summary["structured"])
+    print(f"{'':52s} {'structured':>11s} {'creative':>11s}")
+    for name in names:
+        cells = []
+        for workload in ("structured", "creative"):
+            v = summary[workload].get(name)
+            cells.append(f"{v:11.2f}" if isinstance(v, float) else f"{str(v):>11s}")
+        print(f"{name:52s} {' '.join(cells)}")
+    print(f"peak RSS: {rss:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
