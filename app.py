@@ -22,5 +22,4 @@ def warm_default_models() -> None:
 
 if __name__ == "__main__":
     threading.Thread(target=warm_default_models, daemon=True).start()
-    port = os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT")
-    launch(build_ui(), server_port=int(port) if port else None)
+    launch(build_ui())  # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)

@@ -52,6 +52,11 @@ class Timing:
     def median(self) -> float:
         return statistics.median(self.seconds)
 
+    @property
+    def tokens_per_second(self) -> float:
+        """Median rate: sampled runs of two methods emit different texts, so rates compare, times do not."""
+        return statistics.median(n / s for n, s in zip(self.tokens, self.seconds))
+
 
 def ours(model, prompt, tokens: int, stops, drafter=None, draft: DraftConfig | None = None, sampling=SamplingConfig()):
     def run() -> tuple[list[int], list, Finished]:
@@ -100,7 +105,7 @@ def drafter_table(args) -> None:
         timings, _ = measure(methods, args.repeats)
         for spec, t in timings.items():
             if spec != "plain":
-                speedup = timings["plain"].median / t.median
+                speedup = t.tokens_per_second / timings["plain"].tokens_per_second
                 print(f"{workload + ' / ' + item['name']:22s} {spec:16s} {t.acceptance_rate:10.2f} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
 
 
@@ -200,7 +205,7 @@ def main() -> None:
 
 
 def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], k: int) -> dict:
-    plain = timings["ours plain"].median
+    plain = timings["ours plain"].tokens_per_second
     # c from the same runs: a draft pass over a decode step of plain decoding.
     plain_step = statistics.median(timings["ours plain"].step_seconds)
     costs = {d: statistics.median(timings[f"ours {d} k"].draft_pass_seconds) / plain_step for d in DRAFT_DTYPES}
@@ -208,11 +213,12 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
     reference = outputs["ours plain"]
     for method, t in timings.items():
         sampled = method.endswith("T=1")
-        base = timings["ours plain T=1"].median if sampled else plain
+        base = timings["ours plain T=1"].tokens_per_second if sampled else plain
         row["methods"][method] = {
             "median_seconds": t.median,
             "tokens": t.tokens[-1],
-            "speedup_vs_ours_plain": base / t.median,
+            "tokens_per_second": t.tokens_per_second,
+            "speedup_vs_ours_plain": t.tokens_per_second / base,
             "identical_to_ours_plain": None if sampled else outputs[method] == reference,
             "acceptance_rate": t.acceptance_rate,
             "mean_accepted_length": t.mean_accepted_length,
@@ -242,8 +248,8 @@ RATIOS = {
 
 def speed_ratio(methods: dict, theirs_name: str, ours_names) -> float:
     names = (ours_names,) if isinstance(ours_names, str) else ours_names
-    best = min(methods[n]["median_seconds"] for n in names)
-    return methods[theirs_name]["median_seconds"] / best
+    best = max(methods[n]["tokens_per_second"] for n in names)
+    return best / methods[theirs_name]["tokens_per_second"]
 
 
 def summarize_report(rows: list[dict]) -> dict:
@@ -269,7 +275,7 @@ def print_prompt(row: dict) -> None:
     for method, v in row["methods"].items():
         ident = {None: "  ", True: "= ", False: "≠ "}[v["identical_to_ours_plain"]]
         a = "" if v["acceptance_rate"] is None else f"  a={v['acceptance_rate']:.2f} L={v['mean_accepted_length']:.2f}"
-        print(f"  {ident}{method:42s} {v['median_seconds']:6.2f}s  {v['speedup_vs_ours_plain']:5.2f}x{a}")
+        print(f"  {ident}{method:42s} {v['median_seconds']:6.2f}s {v['tokens_per_second']:6.1f} tok/s {v['speedup_vs_ours_plain']:5.2f}x{a}")
     for d, t in row["theory"].items():
         print(f"  theory {d} k: a={t['a']:.2f} c={t['c']:.2f} -> {t['theory']:.2f}x; measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
 

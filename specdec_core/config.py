@@ -50,7 +50,7 @@ class SamplingConfig:
 class DraftConfig:
     """How many tokens the drafter proposes per step.
 
-    adaptive=True starts at k and lets the schedule move between 0 and max(k, 8) (see schedule.py).
+    adaptive=True starts at k and lets the schedule move between 0 and max(k, 16) (see schedule.py).
     """
 
     k: int = 4

@@ -15,6 +15,9 @@ from .events import PlainStep, Step
 from .theory import expected_tokens_per_step
 
 
+ADAPTIVE_LONGEST = 16  # drafts that always agree (self-drafts) want long k; the cost model stops it there
+
+
 class DraftLength(Protocol):
     def next(self) -> int:
         """Tokens to draft in the coming step; 0 means a plain target step (no drafting at all)."""
@@ -114,5 +117,5 @@ class AdaptiveDraftLength:
 
 def make_schedule(config: DraftConfig) -> DraftLength:
     if config.adaptive:
-        return AdaptiveDraftLength(start=config.k, longest=max(config.k, 8))
+        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST))
     return FixedDraftLength(config.k)
