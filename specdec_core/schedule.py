@@ -56,7 +56,7 @@ class AdaptiveDraftLength:
     def __init__(self, start: int, longest: int) -> None:
         self.k = start
         self.longest = longest
-        self._drafted = 0.0
+        self._judged = 0.0  # draft tokens the target ruled on: the accepted ones plus the first rejected
         self._accepted = 0.0
         self._draft_pass_seconds: float | None = None
         self._target_pass_seconds: dict[int, float] = {}  # tokens in the pass -> seconds
@@ -66,7 +66,10 @@ class AdaptiveDraftLength:
 
     @property
     def acceptance_rate(self) -> float:
-        return self._accepted / self._drafted if self._drafted else 0.0
+        """Per-token acceptance, counting only tokens the target ruled on: drafts after the first
+        rejection were never judged, and counting them as rejected would make one unlucky step
+        look like a bad draft (the maximum-likelihood estimate under the geometric model)."""
+        return self._accepted / self._judged if self._judged else 0.0
 
     def next(self) -> int:
         if self.k > 0:
@@ -85,10 +88,11 @@ class AdaptiveDraftLength:
         if step.drafted_count == 0:
             return
         probing = self.k == 0
-        self._drafted = self.DECAY * self._drafted + step.drafted_count
+        self._judged = self.DECAY * self._judged + step.accepted_count + (step.rejected_token is not None)
         self._accepted = self.DECAY * self._accepted + step.accepted_count
-        per_pass = step.draft_seconds / max(step.draft_passes, 1)
-        self._draft_pass_seconds = self._ema(self._draft_pass_seconds, per_pass)
+        if not probing:  # a probe's draft first catches up on the plain steps: no per-pass cost
+            per_pass = step.draft_seconds / max(step.draft_passes, 1)
+            self._draft_pass_seconds = self._ema(self._draft_pass_seconds, per_pass)
         self.k = self._best_k()
         if probing:
             self._plain_steps = 0
