@@ -1,6 +1,6 @@
 """Benchmark: ours against transformers on the same pair, and measurement against theory.
 
-    python -m specdec_core.bench [--repeats 3] [--tokens 48] [--k 3] [--prompts 2] [--out bench-results]
+    python -m specdec_core.bench [--repeats 3] [--tokens 40] [--k 3] [--prompts 2] [--out bench-results]
     python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
 
 Everything is measured in one process, on the same prompts, interleaved per prompt so that drift
@@ -140,7 +140,7 @@ def peak_rss_mib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--tokens", type=int, default=40)
     parser.add_argument("--k", type=int, default=3, help="fixed draft length for ours and transformers' same-k runs")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per workload")
     parser.add_argument("--out", default="bench-results")

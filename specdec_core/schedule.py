@@ -50,6 +50,7 @@ class AdaptiveDraftLength:
     """
 
     DECAY = 0.8  # weight of the past in the running estimates: adapts within a few steps
+    MIN_GAIN = 1.03
     FIRST_PROBE_WAIT = 4
     LONGEST_PROBE_WAIT = 64
 
@@ -110,7 +111,9 @@ class AdaptiveDraftLength:
             seconds = k * self._draft_pass_seconds + self._target_pass_seconds.get(k + 1, cheapest)
             return expected_tokens_per_step(self.acceptance_rate, k) / seconds
 
-        return max(range(self.longest + 1), key=tokens_per_second)
+        best = max(range(self.longest + 1), key=tokens_per_second)
+        # Draft only for a clear expected gain: with a near 0 the rates differ by timing noise alone.
+        return best if tokens_per_second(best) > self.MIN_GAIN * tokens_per_second(0) else 0
 
     def _learn_target_cost(self, tokens: int, seconds: float) -> None:
         self._target_pass_seconds[tokens] = self._ema(self._target_pass_seconds.get(tokens), seconds)
