@@ -124,7 +124,7 @@ def client_loop(url: str, index: int, races: int, tokens: int, references: dict[
         role = (index + r) % 4  # a quarter each: bad input, cancel mid-run, and (twice) a normal race
         try:
             if role == 1:
-                overrides = BAD_INPUTS[(index + r) % len(BAD_INPUTS)]
+                overrides = dict(BAD_INPUTS[(index + r) % len(BAD_INPUTS)])
                 race(client, overrides.pop("prompt", prompt), overrides.pop("max_new_tokens", tokens), **overrides)
                 with report.lock:
                     report.errors["bad input accepted (should not be)"] += 1
@@ -149,19 +149,19 @@ def client_loop(url: str, index: int, races: int, tokens: int, references: dict[
     client.close()
 
 
-def abort_frees_cpu(url: str, how: str, report: Report) -> None:
+def abort_frees_cpu(url: str, how: str, long_tokens: int, report: Report) -> None:
     """Start a long race, abort it (cancel or disconnect), then time a short race behind it.
 
     With one generation at a time, a long race still running would hold the short one in the
     queue for its whole length (tens of seconds); freed, the short one starts at once."""
     if how == "cancel":
-        job = Client(url, verbose=False).submit(prompt=LONG_PROMPT, max_new_tokens=256, **RACE, api_name="/race")
+        job = Client(url, verbose=False).submit(prompt=LONG_PROMPT, max_new_tokens=long_tokens, **RACE, api_name="/race")
         for i, _ in enumerate(job):
             if i >= 2:
                 break
         job.cancel()
     else:
-        disconnect_mid_stream(url)
+        disconnect_mid_stream(url, long_tokens)
     started = time.monotonic()
     race(Client(url, verbose=False), "Say hi.", 8)
     with report.lock:
@@ -169,12 +169,12 @@ def abort_frees_cpu(url: str, how: str, report: Report) -> None:
         report.disconnected += how == "disconnect"
 
 
-def disconnect_mid_stream(url: str) -> None:
+def disconnect_mid_stream(url: str, long_tokens: int) -> None:
     """Joins the queue and reads a few streamed messages over raw HTTP, then drops the connection,
     as a closed browser tab does (gradio_client offers no way to drop its stream)."""
     config = httpx.get(f"{url}config", timeout=10).json()
     fn_index = next(i for i, d in enumerate(config["dependencies"]) if d.get("api_name") == "race")
-    values = {"prompt": LONG_PROMPT, "max_new_tokens": 256, **RACE}
+    values = {"prompt": LONG_PROMPT, "max_new_tokens": long_tokens, **RACE}
     order = ["prompt", "target", "drafter", "k", "adaptive", "decoding", "temperature", "top_k", "top_p", "seed", "max_new_tokens"]
     session = f"disconnect-{time.monotonic_ns()}"
     body = {"data": [values[name] for name in order], "fn_index": fn_index, "session_hash": session}
@@ -187,7 +187,7 @@ def disconnect_mid_stream(url: str) -> None:
                 break  # leaving the block closes the connection mid-stream
 
 
-def run(clients: int, races: int, tokens: int) -> dict:
+def run(clients: int, races: int, tokens: int, long_tokens: int = 256) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     process = start_app(port)
@@ -205,10 +205,10 @@ def run(clients: int, races: int, tokens: int) -> dict:
         for t in threads:
             t.join(timeout=900)
         started = time.monotonic()
-        race(Client(url, verbose=False), LONG_PROMPT, 256)
+        race(Client(url, verbose=False), LONG_PROMPT, long_tokens)
         report.long_race_seconds = time.monotonic() - started
-        abort_frees_cpu(url, "cancel", report)
-        abort_frees_cpu(url, "disconnect", report)
+        abort_frees_cpu(url, "cancel", long_tokens, report)
+        abort_frees_cpu(url, "disconnect", long_tokens, report)
         time.sleep(2)
         report.after_mib = app.memory_info().rss / 2**20
     finally:
@@ -226,8 +226,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--races", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--long-tokens", type=int, default=256, help="length of the race that is cancelled / dropped")
     args = parser.parse_args()
-    print(json.dumps(run(args.clients, args.races, args.tokens), indent=2))
+    print(json.dumps(run(args.clients, args.races, args.tokens, args.long_tokens), indent=2))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.load
 
 def test_concurrent_sessions_cancels_and_bad_input():
     clients, races = 4, 2
-    report = run(clients=clients, races=races, tokens=16)
+    report = run(clients=clients, races=races, tokens=16, long_tokens=128)
     roles = [(i + r) % 4 for i in range(clients) for r in range(races)]
     assert report["completed"] == sum(role in (0, 3) for role in roles)
     assert report["wrong_output"] == 0  # each session got exactly its own prompt's tokens
