@@ -31,7 +31,7 @@ from specdec_core import (
     speculative,
     stop_token_ids,
 )
-from specdec_core.models import PRESETS
+from specdec_core.models import DRAFT_LABELS, PRESETS
 
 from . import charts, views
 from .limits import MAX_K, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RUN_SECONDS
@@ -94,18 +94,15 @@ def parse_settings(
     )
 
 
-def _check_prompt(prompt: object) -> str:
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise SpecDecError("The prompt is empty: type something for the model to continue.")
-    if len(prompt) > MAX_PROMPT_CHARS:
+def _check_prompt(prompt: str) -> str:
+    """The app's own, tighter length limit; emptiness is checked by encode_prompt."""
+    if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
         raise SpecDecError(f"The prompt has {len(prompt):,} characters; the limit here is {MAX_PROMPT_CHARS:,}.")
     return prompt
 
 
 def drafter_choices(target: str) -> gr.Dropdown:
     """The drafters that fit the chosen target preset (any model id may still be typed)."""
-    from specdec_core.models import DRAFT_LABELS
-
     preset = next((p for p in PRESETS if p.target == target), None)
     drafts = preset.drafts if preset else tuple(DRAFT_LABELS)
     return gr.Dropdown(choices=[(DRAFT_LABELS.get(d, f"draft model: {d}"), d) for d in drafts], value=drafts[0])

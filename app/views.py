@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from transformers import PreTrainedTokenizerBase
 
-from specdec_core import ACCEPTED, BONUS, CORRECTION, REJECTED, TARGET, PlainStep, SpecStep
+from specdec_core import ACCEPTED, BONUS, CORRECTION, REJECTED, TARGET, PlainStep, SpecStep, per_position_acceptance
 from specdec_core.events import Step
 
 from .limits import RUN_SECONDS
@@ -112,6 +112,7 @@ def summary_html(race: Race) -> str:
         ("target passes", f"{plain.target_passes}", f"{spec.target_passes} ({saved:+d} saved)" if saved >= 0 else f"{spec.target_passes}"),
         ("draft passes", "0", f"{spec.draft_passes}"),
         ("acceptance rate", "", _pct(spec.acceptance_rate)),
+        ("… by draft position 1, 2, …", "", " · ".join(f"{100 * r:.0f}%" for r in per_position_acceptance(race.spec.steps))),
         ("mean tokens per target pass", "1.00", f"{spec.mean_accepted_length:.2f}"),
         ("tokens / s (own clock)", f"{plain.tokens_per_second:.1f}", f"{spec.tokens_per_second:.1f}"),
         ("speedup", "1.00×", f"{race.speedup:.2f}×" if race.speedup else "n/a"),

@@ -7,7 +7,7 @@ import pytest
 
 from app import charts, views
 from app.race import PLAIN, SPEC, Race, interleave
-from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, SpecStep, autoregressive, speculative
+from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, autoregressive, speculative
 from tests.specdec_core.test_models import word_tokenizer
 
 PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
@@ -56,6 +56,8 @@ def test_summary_reports_identity_and_passes_saved(race):
     saved = race.plain.summary.target_passes - race.spec.summary.target_passes
     assert f"({saved:+d} saved)" in html
     assert f"{race.speedup:.2f}×" in html
+    first_position = sum(s.accepted_count >= 1 for s in race.spec_steps) / len(race.spec_steps)
+    assert f"by draft position 1, 2, …</th><td></td><td>{100 * first_position:.0f}%" in html
 
 
 def test_race_interleaves_by_own_clock(race):

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
