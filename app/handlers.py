@@ -26,6 +26,7 @@ from specdec_core import (
     SpecDecError,
     autoregressive,
     encode_prompt,
+    generated_tokens,
     load_model,
     make_drafter,
     speculative,
@@ -198,12 +199,8 @@ def _summary_dict(summary) -> dict | None:
 
 def _complete(run) -> tuple[list[int], object]:
     """Runs one decoder to the end; returns its tokens and summary."""
-    tokens: list[int] = []
-    for event in run:
-        if isinstance(event, Finished):
-            return tokens, event.summary
-        tokens.extend(event.emitted_tokens)
-    raise RuntimeError("decoder ended without a summary")
+    *steps, finished = list(run)
+    return generated_tokens(steps), finished.summary
 
 
 def run_workload(

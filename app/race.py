@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from specdec_core import Event, Finished, SpecStep, Summary
+from specdec_core import Event, Finished, SpecStep, Summary, generated_tokens
 from specdec_core.events import Step
 
 PLAIN = "plain"
@@ -58,7 +58,7 @@ class Pane:
 
     @property
     def tokens(self) -> list[int]:
-        return [t for s in self.steps for t in s.emitted_tokens]
+        return generated_tokens(self.steps)
 
     @property
     def token_count(self) -> int:

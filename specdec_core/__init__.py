@@ -39,7 +39,7 @@ from .models import (
     make_drafter,
 )
 from .prompts import encode_prompt, stop_token_ids
-from .stats import per_position_acceptance, summarize
+from .stats import generated_tokens, per_position_acceptance, summarize
 from .theory import expected_speedup, expected_tokens_per_step
 
 __all__ = [name for name in dir() if not name.startswith("_")]

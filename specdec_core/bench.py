@@ -31,6 +31,7 @@ from .engine import autoregressive, speculative
 from .events import Finished
 from .models import DRAFT_BF16, DRAFT_EARLY_EXIT, DRAFT_FP16, DRAFT_NGRAM, EMBEDDED_ID, load_model, make_drafter, reduced_copy
 from .prompts import encode_prompt, stop_token_ids
+from .stats import generated_tokens
 from .theory import expected_speedup
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "assets" / "workloads.json"
@@ -67,7 +68,7 @@ def ours(model, prompt, tokens: int, stops, drafter=None, draft: DraftConfig | N
             else speculative(model, drafter(), prompt, config, draft, stops)
         )
         *steps, finished = list(events)
-        return [t for s in steps for t in s.emitted_tokens], steps, finished
+        return generated_tokens(steps), steps, finished
 
     return run
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .events import SpecStep, Step, Summary
+from .events import Event, Finished, SpecStep, Step, Summary
+
+
+def generated_tokens(events: Iterable[Event]) -> list[int]:
+    """The tokens a run emitted, in order (steps or a whole event stream; Finished carries none)."""
+    return [t for e in events if not isinstance(e, Finished) for t in e.emitted_tokens]
 
 
 def summarize(steps: Iterable[Step], stop_reason: str) -> Summary:

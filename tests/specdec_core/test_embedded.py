@@ -9,7 +9,7 @@ from specdec_core import (
     DRAFT_FP16,
     DRAFT_NGRAM,
     DraftConfig,
-    Finished,
+    generated_tokens,
     GenerationConfig,
     autoregressive,
     encode_prompt,
@@ -23,15 +23,12 @@ PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives i
 TOKENS = 40
 
 
-def generated(events) -> list[int]:
-    return [t for e in events if not isinstance(e, Finished) for t in e.emitted_tokens]
-
 
 @pytest.fixture(scope="module")
 def reference(embedded):
     prompt = encode_prompt(embedded.tokenizer, PROMPT)
     stops = stop_token_ids(embedded.tokenizer, embedded.model)
-    plain = generated(autoregressive(embedded.model, prompt, GenerationConfig(max_new_tokens=TOKENS), stops))
+    plain = generated_tokens(autoregressive(embedded.model, prompt, GenerationConfig(max_new_tokens=TOKENS), stops))
     return prompt, stops, plain
 
 
@@ -49,7 +46,7 @@ def test_greedy_speculative_is_token_identical(embedded, reference, drafter, dra
     events = list(
         speculative(embedded.model, make_drafter(drafter, embedded), prompt, GenerationConfig(max_new_tokens=TOKENS), draft_config, stops)
     )
-    assert generated(events) == plain
+    assert generated_tokens(events) == plain
     assert events[-1].summary.tokens == len(plain)
 
 
@@ -59,4 +56,4 @@ def test_chat_template_end_of_turn_stops_generation(embedded):
     assert embedded.tokenizer.convert_tokens_to_ids("<|im_end|>") in stops
     events = list(autoregressive(embedded.model, prompt, GenerationConfig(max_new_tokens=64), stops))
     assert events[-1].summary.stop_reason == "eos"
-    assert generated(events)[-1] in stops
+    assert generated_tokens(events)[-1] in stops

@@ -9,7 +9,7 @@ from scipy.stats import chisquare
 import specdec_core.engine as engine
 from specdec_core import (
     DraftConfig,
-    Finished,
+    generated_tokens,
     GenerationConfig,
     ModelDrafter,
     NgramDrafter,
@@ -26,9 +26,6 @@ from tests.conftest import noisy_copy, tiny_llama
 PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
 
 
-def generated(events) -> list[int]:
-    return [t for e in events if not isinstance(e, Finished) for t in e.emitted_tokens]
-
 
 def drafters(target, draft):
     yield "draft model", lambda: ModelDrafter(draft)
@@ -42,14 +39,14 @@ def drafters(target, draft):
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_greedy_speculative_equals_plain_and_generate(target_model, draft_model, k, adaptive):
     config = GenerationConfig(max_new_tokens=40)
-    plain = generated(autoregressive(target_model, PROMPT, config))
+    plain = generated_tokens(autoregressive(target_model, PROMPT, config))
     reference = target_model.generate(
         torch.tensor([PROMPT]), max_new_tokens=40, do_sample=False, min_new_tokens=40, pad_token_id=0
     )[0, len(PROMPT) :].tolist()
     assert plain == reference
     for name, make in drafters(target_model, draft_model):
         events = list(speculative(target_model, make(), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
-        assert generated(events) == plain, name
+        assert generated_tokens(events) == plain, name
 
 
 def test_drafts_are_really_rejected_and_accepted(target_model, draft_model):
@@ -94,7 +91,7 @@ def sample_counts(target, draft, runs: int) -> tuple[list[int], list[int]]:
     firsts, seconds = [0] * SMALL_VOCAB, [0] * SMALL_VOCAB
     for seed in range(runs):
         config = GenerationConfig(max_new_tokens=3, sampling=SamplingConfig(**{**SAMPLING_KW, "seed": seed}))
-        tokens = generated(speculative(target, ModelDrafter(draft), [1, 2, 3], config, DraftConfig(k=2)))
+        tokens = generated_tokens(speculative(target, ModelDrafter(draft), [1, 2, 3], config, DraftConfig(k=2)))
         firsts[tokens[0]] += 1
         seconds[tokens[1]] += 1
     return firsts, seconds
@@ -139,7 +136,7 @@ def test_distribution_test_catches_always_accept(small_pair, monkeypatch):
 
 def test_same_seed_same_tokens(target_model, draft_model):
     config = GenerationConfig(max_new_tokens=25, sampling=SamplingConfig(temperature=1.0, seed=7))
-    runs = [generated(speculative(target_model, ModelDrafter(draft_model), PROMPT, config)) for _ in range(2)]
+    runs = [generated_tokens(speculative(target_model, ModelDrafter(draft_model), PROMPT, config)) for _ in range(2)]
     assert runs[0] == runs[1]
 
 
@@ -152,12 +149,12 @@ def test_max_new_tokens_is_never_overshot_by_the_bonus_token(target_model, k):
         events = list(
             speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=budget), DraftConfig(k=k))
         )
-        assert len(generated(events)) == budget
+        assert len(generated_tokens(events)) == budget
         assert events[-1].summary.stop_reason == "max_new_tokens"
 
 
 def test_stops_at_end_token_and_emits_nothing_after_it(target_model, draft_model):
-    plain = generated(autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=30)))
+    plain = generated_tokens(autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=30)))
     stop = plain[6]
     cut = plain[: plain.index(stop) + 1]
     for run in (
@@ -165,14 +162,14 @@ def test_stops_at_end_token_and_emits_nothing_after_it(target_model, draft_model
         speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=5), {stop}),
     ):
         events = list(run)
-        assert generated(events) == cut
+        assert generated_tokens(events) == cut
         assert events[-1].summary.stop_reason == "eos"
 
 
 def test_context_window_bounds_generation():
     small = tiny_llama(seed=3, window=20)
     events = list(speculative(small, NgramDrafter(), PROMPT, GenerationConfig(max_new_tokens=50)))
-    assert len(generated(events)) == 20 - len(PROMPT)
+    assert len(generated_tokens(events)) == 20 - len(PROMPT)
     assert events[-1].summary.stop_reason == "context_full"
 
 
