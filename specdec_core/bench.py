@@ -107,7 +107,8 @@ def drafter_table(args) -> None:
         for spec, t in timings.items():
             if spec != "plain":
                 speedup = t.tokens_per_second / timings["plain"].tokens_per_second
-                print(f"{workload + ' / ' + item['name']:22s} {spec:16s} {t.acceptance_rate:10.2f} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
+                rate = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.2f}"  # nothing drafted
+                print(f"{workload + ' / ' + item['name']:22s} {spec:16s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
 
 
 def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
