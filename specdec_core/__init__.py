@@ -29,7 +29,6 @@ from .events import (
 from .models import (
     DRAFT_BF16,
     DRAFT_EARLY_EXIT,
-    DRAFT_FP16,
     DRAFT_NGRAM,
     EMBEDDED_ID,
     PRESETS,

@@ -29,13 +29,12 @@ from .config import DraftConfig, GenerationConfig, SamplingConfig
 from .cpu_kernels import without_speed_up
 from .engine import autoregressive, speculative
 from .events import Finished
-from .models import DRAFT_BF16, DRAFT_EARLY_EXIT, DRAFT_FP16, DRAFT_NGRAM, EMBEDDED_ID, load_model, make_drafter, reduced_copy
+from .models import DRAFT_BF16, DRAFT_EARLY_EXIT, DRAFT_NGRAM, EMBEDDED_ID, load_model, make_drafter, reduced_copy
 from .prompts import encode_prompt, stop_token_ids
 from .stats import generated_tokens
 from .theory import expected_speedup
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "assets" / "workloads.json"
-DRAFT_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass
@@ -101,7 +100,7 @@ def drafter_table(args) -> None:
         item = sets[workload]["prompts"][0]
         prompt = encode_prompt(target.tokenizer, item["text"])
         methods = {"plain": ours(target.model, prompt, args.tokens, stops)}
-        for spec in (DRAFT_FP16, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT):
+        for spec in (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT):
             methods[spec] = ours(target.model, prompt, args.tokens, stops, lambda spec=spec: make_drafter(spec, target), draft)
         timings, _ = measure(methods, args.repeats)
         for spec, t in timings.items():
@@ -157,15 +156,14 @@ def main() -> None:
     stops = stop_token_ids(target.tokenizer, target.model)
     # transformers as a user runs it: the same weights with stock nn.Linear (see cpu_kernels.py).
     stock_target = without_speed_up(copy.deepcopy(target.model))
-    drafts = {name: reduced_copy(EMBEDDED_ID, dtype) for name, dtype in DRAFT_DTYPES.items()}
-    stock_drafts = {name: without_speed_up(copy.deepcopy(model)) for name, model in drafts.items()}
+    bf16_draft = reduced_copy(EMBEDDED_ID, torch.bfloat16)
+    stock_bf16_draft = without_speed_up(copy.deepcopy(bf16_draft))
     sets = json.loads(WORKLOADS.read_text())
     report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
                     "torch_threads": torch.get_num_threads(), "args": vars(args), "prompts": []}
     k = args.k
     fixed, adaptive = DraftConfig(k=k), DraftConfig(k=k, adaptive=True)
-    drafters = {"fp16": lambda: make_drafter(DRAFT_FP16, target), "bf16": lambda: make_drafter(DRAFT_BF16, target),
-                "ngram": lambda: make_drafter(DRAFT_NGRAM, target)}
+    drafters = {"bf16": lambda: make_drafter(DRAFT_BF16, target), "ngram": lambda: make_drafter(DRAFT_NGRAM, target)}
 
     def assisted(model, draft, num_tokens, schedule, threshold, prompt, n):
         generate = theirs(model, prompt, n, stops, assistant_model=draft)
@@ -179,17 +177,16 @@ def main() -> None:
             for name, make in drafters.items():
                 methods[f"ours {name} k"] = ours(m, prompt, n, stops, make, fixed)
                 methods[f"ours {name} adaptive"] = ours(m, prompt, n, stops, make, adaptive)
-            for name in DRAFT_DTYPES:
-                methods[f"hf {name} assisted defaults"] = assisted(stock_target, stock_drafts[name], None, None, None, prompt, n)
-                methods[f"hf {name} assisted same k"] = assisted(stock_target, stock_drafts[name], k, "constant", 0.0, prompt, n)
-            methods["hf fp16 assisted same k, our kernels"] = assisted(m, drafts["fp16"], k, "constant", 0.0, prompt, n)
+            methods["hf bf16 assisted defaults"] = assisted(stock_target, stock_bf16_draft, None, None, None, prompt, n)
+            methods["hf bf16 assisted same k"] = assisted(stock_target, stock_bf16_draft, k, "constant", 0.0, prompt, n)
+            methods["hf bf16 assisted same k, our kernels"] = assisted(m, bf16_draft, k, "constant", 0.0, prompt, n)
             methods["hf ngram prompt lookup 10"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=10)
             methods["hf ngram prompt lookup same k"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=k)
             methods["hf ngram prompt lookup same k, our kernels"] = theirs(m, prompt, n, stops, prompt_lookup_num_tokens=k)
             if workload == "creative":
                 sampled = SamplingConfig(temperature=1.0, seed=0)
                 methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
-                for name in ("fp16", "ngram"):
+                for name in drafters:
                     methods[f"ours {name} k T=1"] = ours(m, prompt, n, stops, drafters[name], fixed, sampled)
                     methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
             timings, outputs = measure(methods, args.repeats)
@@ -210,8 +207,8 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
     plain = timings["ours plain"].tokens_per_second
     # c from the same runs: a draft pass over a decode step of plain decoding.
     plain_step = statistics.median(timings["ours plain"].step_seconds)
-    costs = {d: statistics.median(timings[f"ours {d} k"].draft_pass_seconds) / plain_step for d in DRAFT_DTYPES}
-    row = {"workload": workload, "prompt": name, "cost_ratio": costs, "k": k, "methods": {}, "theory": {}}
+    c = statistics.median(timings["ours bf16 k"].draft_pass_seconds) / plain_step
+    row = {"workload": workload, "prompt": name, "cost_ratio": c, "k": k, "methods": {}}
     reference = outputs["ours plain"]
     for method, t in timings.items():
         sampled = method.endswith("T=1")
@@ -225,25 +222,21 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
             "acceptance_rate": t.acceptance_rate,
             "mean_accepted_length": t.mean_accepted_length,
         }
-    for d, c in costs.items():
-        a = timings[f"ours {d} k"].acceptance_rate
-        theory = expected_speedup(a, k, c)
-        measured = row["methods"][f"ours {d} k"]["speedup_vs_ours_plain"]
-        row["theory"][d] = {"a": a, "c": c, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
+    a = timings["ours bf16 k"].acceptance_rate
+    theory = expected_speedup(a, k, c)
+    measured = row["methods"]["ours bf16 k"]["speedup_vs_ours_plain"]
+    row["theory"] = {"a": a, "c": c, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
     return row
 
 
 RATIOS = {
     "ours plain / hf generate": ("hf generate", "ours plain"),
-    **{
-        f"ours best {d} / hf {d} assisted {setting}": (f"hf {d} assisted {setting}", (f"ours {d} k", f"ours {d} adaptive"))
-        for d in DRAFT_DTYPES
-        for setting in ("defaults", "same k")
-    },
+    "ours best bf16 / hf bf16 assisted defaults": ("hf bf16 assisted defaults", ("ours bf16 k", "ours bf16 adaptive")),
+    "ours best bf16 / hf bf16 assisted same k": ("hf bf16 assisted same k", ("ours bf16 k", "ours bf16 adaptive")),
     "ours best ngram / hf prompt lookup 10": ("hf ngram prompt lookup 10", ("ours ngram k", "ours ngram adaptive")),
     "ours best ngram / hf prompt lookup same k": ("hf ngram prompt lookup same k", ("ours ngram k", "ours ngram adaptive")),
     # the same kernels on both sides: what is left is the loop and the drafting policy
-    "ours fp16 k / hf fp16 same k, our kernels": ("hf fp16 assisted same k, our kernels", "ours fp16 k"),
+    "ours bf16 k / hf bf16 same k, our kernels": ("hf bf16 assisted same k, our kernels", "ours bf16 k"),
     "ours ngram k / hf lookup same k, our kernels": ("hf ngram prompt lookup same k, our kernels", "ours ngram k"),
 }
 
@@ -262,8 +255,7 @@ def summarize_report(rows: list[dict]) -> dict:
         speedups = [m for m in mine[0]["methods"] if m.startswith("ours") and m not in ("ours plain", "ours plain T=1")]
         for method in speedups:
             entry[f"speedup {method}"] = statistics.median(r["methods"][method]["speedup_vs_ours_plain"] for r in mine)
-        for d in DRAFT_DTYPES:
-            entry[f"measured / theory ({d}, k)"] = statistics.median(r["theory"][d]["measured_over_theory"] for r in mine)
+        entry["measured / theory (bf16, k)"] = statistics.median(r["theory"]["measured_over_theory"] for r in mine)
         entry["all greedy outputs identical"] = all(
             v["identical_to_ours_plain"] is not False for r in mine for v in r["methods"].values()
         )
@@ -272,14 +264,13 @@ def summarize_report(rows: list[dict]) -> dict:
 
 
 def print_prompt(row: dict) -> None:
-    costs = ", ".join(f"c({d}) = {c:.2f}" for d, c in row["cost_ratio"].items())
-    print(f"\n[{row['workload']}] {row['prompt']}  ({costs})")
+    print(f"\n[{row['workload']}] {row['prompt']}  (c(bf16) = {row['cost_ratio']:.2f})")
     for method, v in row["methods"].items():
         ident = {None: "  ", True: "= ", False: "≠ "}[v["identical_to_ours_plain"]]
         a = "" if v["acceptance_rate"] is None else f"  a={v['acceptance_rate']:.2f} L={v['mean_accepted_length']:.2f}"
         print(f"  {ident}{method:42s} {v['median_seconds']:6.2f}s {v['tokens_per_second']:6.1f} tok/s {v['speedup_vs_ours_plain']:5.2f}x{a}")
-    for d, t in row["theory"].items():
-        print(f"  theory {d} k: a={t['a']:.2f} c={t['c']:.2f} -> {t['theory']:.2f}x; measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
+    t = row["theory"]
+    print(f"  theory bf16 k: a={t['a']:.2f} c={t['c']:.2f} -> {t['theory']:.2f}x; measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
 
 
 def print_summary(summary: dict, rss: float) -> None:

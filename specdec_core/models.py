@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cpu_kernels import speed_up_multi_token_linears
+from .cpu_kernels import speed_up_linears
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
 
@@ -33,7 +33,6 @@ _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Drafter specs besides a model source: copies of the target itself, and the model-free lookup.
 DRAFT_BF16 = "self:bfloat16"
-DRAFT_FP16 = "self:float16"
 DRAFT_EARLY_EXIT = "self:early-exit"
 DRAFT_NGRAM = "ngram"
 EARLY_EXIT_LAYERS = 8
@@ -50,7 +49,7 @@ class Preset:
 
 PRESETS: tuple[Preset, ...] = (
     Preset(
-        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_FP16, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)
+        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)
     ),
     Preset(
         "SmolLM2-360M-Instruct (hub)",
@@ -66,8 +65,7 @@ PRESETS: tuple[Preset, ...] = (
 )
 
 DRAFT_LABELS = {
-    DRAFT_FP16: "float16 copy of the target (about half the cost per token on CPU)",
-    DRAFT_BF16: "bfloat16 copy of the target (cheaper, agrees often)",
+    DRAFT_BF16: "bfloat16 copy of the target (~0.7x the cost per token on CPU, agrees almost always)",
     DRAFT_NGRAM: "n-gram prompt lookup (model-free)",
     DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
 }
@@ -139,7 +137,7 @@ def _from_pretrained(location: str, source: str, **kwargs) -> LoadedModel:
     except (OSError, KeyError, RuntimeError) as error:
         raise ModelLoadError(f"Could not load '{source}': {error}") from error
     model.to(default_device()).eval()
-    speed_up_multi_token_linears(model)
+    speed_up_linears(model)
     return LoadedModel(model, tokenizer, source)
 
 
@@ -210,10 +208,10 @@ def _embedded_converted() -> Path:
 def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
     """The target's weights in a cheaper dtype: a draft that agrees with it almost always.
 
-    Which is cheaper depends on the CPU's kernels; measured on this project's 2-core AMD EPYC:
-    a one-token pass in float16 takes ~0.5x the float32 time, in bfloat16 ~0.75x; but float16
-    scales badly with tokens per pass, so its prompt prefill costs ~3x float32 (bench.py)."""
-    return copy.deepcopy(load_model(source).model).to(dtype)
+    Whether it is cheaper depends on the CPU's kernels. Measured on this project's 2-core AMD EPYC
+    with cpu_kernels' prepacked linears: a bfloat16 pass costs ~0.7x a float32 one. float16 is not
+    offered: these CPUs have no oneDNN float16 path, and MKL's makes a 5-token pass ~5x a 1-token one."""
+    return speed_up_linears(copy.deepcopy(load_model(source).model).to(dtype))
 
 
 def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:
@@ -253,13 +251,12 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:
-    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_FP16, DRAFT_BF16, DRAFT_EARLY_EXIT or a model source."""
+    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT or a model source."""
     if spec == DRAFT_NGRAM:
         return NgramDrafter()
-    if spec in (DRAFT_BF16, DRAFT_FP16):
-        dtype = torch.bfloat16 if spec == DRAFT_BF16 else torch.float16
-        name = f"{dtype} copy".removeprefix("torch.")
-        return ModelDrafter(reduced_copy(target.source, dtype), name, min_confidence, shares_target_weights=True)
+    if spec == DRAFT_BF16:
+        model = reduced_copy(target.source, torch.bfloat16)
+        return ModelDrafter(model, "bfloat16 copy", min_confidence, shares_target_weights=True)
     if spec == DRAFT_EARLY_EXIT:
         model = early_exit_copy(target.model, EARLY_EXIT_LAYERS)
         return ModelDrafter(model, f"early exit ({EARLY_EXIT_LAYERS} layers)", min_confidence, shares_target_weights=True)

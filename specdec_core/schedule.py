@@ -111,9 +111,13 @@ class AdaptiveDraftLength:
             seconds = k * self._draft_pass_seconds + self._target_pass_seconds.get(k + 1, cheapest)
             return expected_tokens_per_step(self.acceptance_rate, k) / seconds
 
-        best = max(range(self.longest + 1), key=tokens_per_second)
+        rates = [tokens_per_second(k) for k in range(self.longest + 1)]
         # Draft only for a clear expected gain: with a near 0 the rates differ by timing noise alone.
-        return best if tokens_per_second(best) > self.MIN_GAIN * tokens_per_second(0) else 0
+        if max(rates) <= self.MIN_GAIN * rates[0]:
+            return 0
+        # Of the k within noise of the best, the shortest: rejections come in clusters (near-ties),
+        # not at the geometric model's even rate, so a long draft risks more than it expects to win.
+        return next(k for k, rate in enumerate(rates) if rate * self.MIN_GAIN >= max(rates))
 
     def _learn_target_cost(self, tokens: int, seconds: float) -> None:
         self._target_pass_seconds[tokens] = self._ema(self._target_pass_seconds.get(tokens), seconds)

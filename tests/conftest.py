@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_core.cpu_kernels import speed_up_multi_token_linears
+from specdec_core.cpu_kernels import speed_up_linears
 
 torch.set_num_threads(2)
 
@@ -35,7 +35,7 @@ def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 2
     # Sharper logits than the init gives, so that greedy paths are not near-ties.
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
-    return speed_up_multi_token_linears(model)
+    return speed_up_linears(model)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ def drafters(target, draft):
     yield "draft model", lambda: ModelDrafter(draft)
     yield "n-gram", lambda: NgramDrafter()
     yield "early exit, sharing the prompt cache", lambda: ModelDrafter(early_exit_copy(target, 1), shares_target_weights=True)
-    yield "float16 copy, sharing the prompt cache", lambda: ModelDrafter(copy.deepcopy(target).half(), shares_target_weights=True)
+    yield "bfloat16 copy, sharing the prompt cache", lambda: ModelDrafter(copy.deepcopy(target).bfloat16(), shares_target_weights=True)
     yield "the target itself", lambda: ModelDrafter(target)
 
 

@@ -29,6 +29,16 @@ def test_adaptive_grows_when_drafts_are_cheap_and_accepted():
     assert schedule.next() == 8
 
 
+def test_adaptive_takes_the_shortest_k_within_noise_of_the_best():
+    # A self-draft: always accepted, each draft pass 0.7 of a target pass, verify cost flat in k.
+    # Rates rise towards k = 16 by ever smaller steps; k = 7 is within 3% of the best.
+    schedule = AdaptiveDraftLength(start=4, longest=16)
+    for _ in range(10):
+        k = schedule.next()
+        schedule.update(spec_step(k, k, draft_seconds=0.035 * k, verify_seconds=0.05))
+    assert schedule.next() == 7
+
+
 def test_adaptive_stops_drafting_when_everything_is_rejected_and_probes_rarely():
     schedule = AdaptiveDraftLength(start=4, longest=8)
     schedule.update(spec_step(4, 0, 0.1, 0.06))  # first step (prefill) teaches nothing
