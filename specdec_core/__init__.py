@@ -7,7 +7,8 @@
 
 Files, one idea each: config (validated settings), events (what a run yields), sampling (logits
 to tokens), acceptance (the rule), kv_cache (a model with rollback), drafters, schedule (draft
-length), engine (the two decoders), stats, theory, prompts, models (loading), bench.
+length), engine (the two decoders), stats, theory, prompts, models (loading), cpu_kernels (the
+CPU speed fix), bench.
 """
 
 from .config import DraftConfig, GenerationConfig, SamplingConfig

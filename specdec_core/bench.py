@@ -3,9 +3,9 @@
     python -m specdec_core.bench [--repeats 3] [--tokens 40] [--k 3] [--prompts 2] [--out bench-results]
     python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
 
-Everything is measured in one process, on the same prompts, interleaved per prompt so that drift
-of a noisy machine hits all methods alike; medians over repeats; ratios, not absolute times, are
-the results. Greedy throughout, except the creative adaptive-k check, which samples at
+Everything is measured in one process, on the same prompts, interleaved per prompt (in a rotated
+order each repeat) so that drift of a noisy machine hits all methods alike. Ratios, not absolute
+times, are the results: each is the median over repeats of the two methods' rates in that repeat. Greedy throughout, except the creative adaptive-k check, which samples at
 temperature 1 (that is where drafts get rejected). Writes a JSON file to compare across commits.
 """
 
@@ -53,9 +53,18 @@ class Timing:
         return statistics.median(self.seconds)
 
     @property
+    def rates(self) -> list[float]:
+        """Tokens per second per repeat: sampled runs of two methods emit different texts, so rates compare, times do not."""
+        return [n / s for n, s in zip(self.tokens, self.seconds)]
+
+    @property
     def tokens_per_second(self) -> float:
-        """Median rate: sampled runs of two methods emit different texts, so rates compare, times do not."""
-        return statistics.median(n / s for n, s in zip(self.tokens, self.seconds))
+        return statistics.median(self.rates)
+
+
+def paired_ratio(ours_rates: list[float], their_rates: list[float]) -> float:
+    """Median over repeats of the rate ratio within each repeat: runs seconds apart share the machine's state."""
+    return statistics.median(a / b for a, b in zip(ours_rates, their_rates))
 
 
 def ours(model, prompt, tokens: int, stops, drafter=None, draft: DraftConfig | None = None, sampling=SamplingConfig()):
@@ -105,7 +114,7 @@ def drafter_table(args) -> None:
         timings, _ = measure(methods, args.repeats)
         for spec, t in timings.items():
             if spec != "plain":
-                speedup = t.tokens_per_second / timings["plain"].tokens_per_second
+                speedup = paired_ratio(t.rates, timings["plain"].rates)
                 rate = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.2f}"  # nothing drafted
                 print(f"{workload + ' / ' + item['name']:22s} {spec:16s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
 
@@ -113,8 +122,10 @@ def drafter_table(args) -> None:
 def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
     timings = {name: Timing() for name in methods}
     outputs: dict[str, list[int]] = {}
-    for _ in range(repeats):
-        for name, run in methods.items():  # interleaved: machine drift hits every method alike
+    names = list(methods)
+    for repeat in range(repeats):
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:  # interleaved, rotated
+            run = methods[name]
             started = time.perf_counter()
             tokens, steps, finished = run()
             timings[name].seconds.append(time.perf_counter() - started)
@@ -140,7 +151,7 @@ def peak_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=40)
     parser.add_argument("--k", type=int, default=3, help="fixed draft length for ours and transformers' same-k runs")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per workload")
@@ -187,7 +198,6 @@ def main() -> None:
                 sampled = SamplingConfig(temperature=1.0, seed=0)
                 methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
                 for name in drafters:
-                    methods[f"ours {name} k T=1"] = ours(m, prompt, n, stops, drafters[name], fixed, sampled)
                     methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
             timings, outputs = measure(methods, args.repeats)
             report["prompts"].append(prompt_report(workload, item["name"], timings, outputs, k))
@@ -204,7 +214,6 @@ def main() -> None:
 
 
 def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], k: int) -> dict:
-    plain = timings["ours plain"].tokens_per_second
     # c from the same runs: a draft pass over a decode step of plain decoding.
     plain_step = statistics.median(timings["ours plain"].step_seconds)
     c = statistics.median(timings["ours bf16 k"].draft_pass_seconds) / plain_step
@@ -212,12 +221,13 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
     reference = outputs["ours plain"]
     for method, t in timings.items():
         sampled = method.endswith("T=1")
-        base = timings["ours plain T=1"].tokens_per_second if sampled else plain
+        base = timings["ours plain T=1" if sampled else "ours plain"]
         row["methods"][method] = {
             "median_seconds": t.median,
             "tokens": t.tokens[-1],
             "tokens_per_second": t.tokens_per_second,
-            "speedup_vs_ours_plain": t.tokens_per_second / base,
+            "rates": t.rates,
+            "speedup_vs_ours_plain": paired_ratio(t.rates, base.rates),
             "identical_to_ours_plain": None if sampled else outputs[method] == reference,
             "acceptance_rate": t.acceptance_rate,
             "mean_accepted_length": t.mean_accepted_length,
@@ -243,8 +253,7 @@ RATIOS = {
 
 def speed_ratio(methods: dict, theirs_name: str, ours_names) -> float:
     names = (ours_names,) if isinstance(ours_names, str) else ours_names
-    best = max(methods[n]["tokens_per_second"] for n in names)
-    return best / methods[theirs_name]["tokens_per_second"]
+    return max(paired_ratio(methods[n]["rates"], methods[theirs_name]["rates"]) for n in names)
 
 
 def summarize_report(rows: list[dict]) -> dict:
@@ -275,13 +284,13 @@ def print_prompt(row: dict) -> None:
 
 def print_summary(summary: dict, rss: float) -> None:
     print("\n=== medians over prompts (ratios > 1: ours faster) ===")
-    names = list(summary["structured"])
+    names = list(dict.fromkeys([*summary["structured"], *summary["creative"]]))  # creative adds the T=1 rows
     print(f"{'':52s} {'structured':>11s} {'creative':>11s}")
     for name in names:
         cells = []
         for workload in ("structured", "creative"):
             v = summary[workload].get(name)
-            cells.append(f"{v:11.2f}" if isinstance(v, float) else f"{str(v):>11s}")
+            cells.append(f"{v:11.2f}" if isinstance(v, float) else f"{'' if v is None else str(v):>11s}")
         print(f"{name:52s} {' '.join(cells)}")
     print(f"peak RSS: {rss:.0f} MiB")
 
