@@ -65,7 +65,7 @@ PRESETS: tuple[Preset, ...] = (
 )
 
 DRAFT_LABELS = {
-    DRAFT_BF16: "bfloat16 copy of the target (~0.7x the cost per token on CPU, agrees almost always)",
+    DRAFT_BF16: "bfloat16 copy of the target (~0.7x the cost, agrees almost always)",
     DRAFT_NGRAM: "n-gram prompt lookup (model-free)",
     DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
 }
