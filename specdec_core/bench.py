@@ -197,6 +197,8 @@ def main() -> None:
             if workload == "creative":
                 sampled = SamplingConfig(temperature=1.0, seed=0)
                 methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
+                # An A/A control: the same run again, so the report shows how far noise alone moves a ratio.
+                methods["ours plain T=1 again"] = ours(m, prompt, n, stops, sampling=sampled)
                 for name in drafters:
                     methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
             timings, outputs = measure(methods, args.repeats)
