@@ -94,3 +94,18 @@ def test_workload_check_reports_each_prompt(client):
     assert all(row[headers.index("speedup")] > 0 for row in rows)
     assert "custom" in status and "measure yours both ways" in status
     assert sorted(f.rsplit(".", 1)[-1] for f in files) == ["csv", "json"]
+
+
+def test_k_sweep_reports_k_1_to_8_and_the_best(client):
+    status, chart, table = client.predict(
+        prompt="Repeat exactly: alpha beta gamma delta epsilon.",
+        target=EMBEDDED_ID,
+        drafter=DRAFT_NGRAM,
+        max_new_tokens=8,
+        api_name="/k_sweep",
+    )
+    assert [row[0] for row in table["data"]] == list(range(1, 9))
+    assert all(row[1] > 0 for row in table["data"])
+    best = max(table["data"], key=lambda row: row[1])
+    assert status.startswith(f"Best k = {best[0]}:")
+    assert chart is not None
