@@ -14,7 +14,8 @@ for 2-9 rows), and a bfloat16 copy of the model becomes a cheap draft (~0.7x a f
 The weight is reordered once into oneDNN's blocked layout, as torch.compile's CPU "freezing" pass
 does; calling the same two ops directly avoids compiling a model whose cache length changes every
 step. The packed copy is rebuilt whenever the weight changes (a dtype cast, an in-place edit), so
-it can never go stale. Costs one extra copy of each weight in memory.
+it can never go stale. Costs one extra copy of each weight in memory; inference only (the
+oneDNN op has no backward, and nothing here trains).
 """
 
 from __future__ import annotations
