@@ -6,7 +6,7 @@ AMD EPYC (SmolLM2-135M, one forward pass, medians):
 
     float32, 1 / 5 / 17 tokens:  stock 65 / 96 / 133 ms   prepacked 48 / 46 / 68 ms
     bfloat16, 1 / 5 / 17 tokens: MKL 52 / 61 / 70 ms      prepacked 34 / 33 / 49 ms
-    (MKL here: F.linear for 1 and 17 rows, W @ x^T for 5, this file's earlier workaround)
+    (MKL here: F.linear for 1 and 17 rows, W @ x^T for 5)
 
 Two things make speculative decoding pay on a CPU here: a pass over k + 1 tokens then costs about
 one single-token pass (the premise of speculation, which GPUs give for free; MKL takes a slow path
