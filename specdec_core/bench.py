@@ -1,12 +1,13 @@
 """Benchmark: ours against transformers on the same pair, and measurement against theory.
 
-    python -m specdec_core.bench [--repeats 3] [--tokens 40] [--k 3] [--prompts 2] [--out bench-results]
+    python -m specdec_core.bench [--repeats 5] [--tokens 40] [--k 3] [--prompts 2] [--out bench-results]
     python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
 
 Everything is measured in one process, on the same prompts, interleaved per prompt (in a rotated
 order each repeat) so that drift of a noisy machine hits all methods alike. Ratios, not absolute
-times, are the results: each is the median over repeats of the two methods' rates in that repeat. Greedy throughout, except the creative adaptive-k check, which samples at
-temperature 1 (that is where drafts get rejected). Writes a JSON file to compare across commits.
+times, are the results: each is the median over repeats of the two methods' rates in that
+repeat. Greedy throughout, except the creative adaptive-k check, which samples at temperature 1
+(that is where drafts get rejected). Writes a JSON file to compare across commits.
 """
 
 from __future__ import annotations

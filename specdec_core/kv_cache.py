@@ -37,9 +37,9 @@ class CachedModel:
 
         Only for a draft that runs the target's own weights (a cheaper-dtype copy, or its first
         layers): its keys and values for the prompt are the target's, up to rounding, so the
-        prompt is cast instead of recomputed: a prefill the draft would otherwise pay on every run,
-        a large share of a short generation. Any draft q stays exact for the
-        acceptance rule, so this changes speed, never the output distribution.
+        prompt is cast instead of recomputed: a prefill the draft would otherwise pay on every
+        run, a large share of a short generation. Any draft q stays exact for the acceptance
+        rule, so this changes speed, never the output distribution.
         """
         dtype = next(self.model.parameters()).dtype
         for i in range(len(self.cache.layers)):

@@ -48,9 +48,7 @@ class Preset:
 
 
 PRESETS: tuple[Preset, ...] = (
-    Preset(
-        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)
-    ),
+    Preset("SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)),
     Preset(
         "SmolLM2-360M-Instruct (hub)",
         "HuggingFaceTB/SmolLM2-360M-Instruct",

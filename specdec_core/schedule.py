@@ -112,12 +112,13 @@ class AdaptiveDraftLength:
             return expected_tokens_per_step(self.acceptance_rate, k) / seconds
 
         rates = [tokens_per_second(k) for k in range(self.longest + 1)]
+        best = max(rates)
         # Draft only for a clear expected gain: with a near 0 the rates differ by timing noise alone.
-        if max(rates) <= self.MIN_GAIN * rates[0]:
+        if best <= self.MIN_GAIN * rates[0]:
             return 0
         # Of the k within noise of the best, the shortest: rejections come in clusters (near-ties),
         # not at the geometric model's even rate, so a long draft risks more than it expects to win.
-        return next(k for k, rate in enumerate(rates) if rate * self.MIN_GAIN >= max(rates))
+        return next(k for k, rate in enumerate(rates) if rate * self.MIN_GAIN >= best)
 
     def _learn_target_cost(self, tokens: int, seconds: float) -> None:
         self._target_pass_seconds[tokens] = self._ema(self._target_pass_seconds.get(tokens), seconds)
