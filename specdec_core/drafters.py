@@ -41,6 +41,16 @@ class Drafter(Protocol):
         ...
 
 
+class FeatureDrafter(Drafter, Protocol):
+    """A drafter that reads the target's hidden states (an EAGLE head, eagle.py). The engine calls
+    observe_features after every target pass of the run, the prompt's included, so the drafter
+    sees real features for every position the target has verified."""
+
+    def observe_features(self, start: int, features: torch.Tensor) -> None:
+        """features [n, H]: the target's last hidden states for positions start..start+n-1."""
+        ...
+
+
 class ModelDrafter:
     """A small causal LM that samples its guesses with the run's own sampler (same warpers as the target)."""
 

@@ -9,7 +9,7 @@ so that the only difference between them is the step itself. Closing the generat
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 import torch
 from transformers import PreTrainedModel
@@ -55,6 +55,8 @@ class _Run:
         self.budget = min(config.max_new_tokens, window - len(prompt_ids))
         self.budget_reason = "max_new_tokens" if self.budget == config.max_new_tokens else "context_full"
         self.deadline = None if config.max_seconds is None else time.perf_counter() + config.max_seconds
+        # Set by speculative() for a drafter that reads the target's hidden states (eagle.py).
+        self.feature_sink: Callable[[int, torch.Tensor], None] | None = None
         self.steps: list[Step] = []
         self.generated = 0
         self.stop_reason: str | None = None
@@ -65,8 +67,13 @@ class _Run:
 
     def target_probs(self, new_tokens: list[int], positions: int) -> torch.Tensor:
         """One target pass over everything it has not seen yet; probabilities [positions, V]."""
-        feed = self.context[self.target.length :] + new_tokens
-        return self.sampler.probs(self.target.forward(feed, logits_to_keep=positions))
+        start = self.target.length
+        feed = self.context[start:] + new_tokens
+        if self.feature_sink is None:
+            return self.sampler.probs(self.target.forward(feed, logits_to_keep=positions))
+        logits, features = self.target.forward_with_features(feed, logits_to_keep=positions)
+        self.feature_sink(start, features)  # [len(feed), H] for positions start..; the rejected ones get overwritten
+        return self.sampler.probs(logits)
 
     def emit(self, tokens: list[int]) -> tuple[int, ...]:
         """Appends tokens to the context, cut after an end token or at the budget."""
@@ -122,6 +129,7 @@ def speculative(
 ) -> Iterator[Event]:
     """Speculative decoding: the drafter proposes up to k tokens, one target pass verifies them all."""
     run = _Run(target, prompt_ids, config, stop_token_ids)
+    run.feature_sink = getattr(drafter, "observe_features", None)
     schedule = make_schedule(draft_config)
     # The target reads the prompt alone and gives the first token, as in plain decoding; then the
     # drafter may start from the target's cache instead of reading the prompt again.

@@ -16,6 +16,9 @@ class CachedModel:
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
+        # hidden_states[-1] is then the last layer's output, not the final norm's: what a
+        # feature drafter (eagle.py) reads and predicts. Changes nothing else the model returns.
+        model.config.tie_last_hidden_states = False
         self.device = model.device
         self.cache = DynamicCache(config=model.config)
         self.passes = 0
@@ -24,13 +27,28 @@ class CachedModel:
     def length(self) -> int:
         return self.cache.get_seq_length()
 
-    @torch.inference_mode()
     def forward(self, token_ids: list[int], logits_to_keep: int = 1) -> torch.Tensor:
         """Appends token_ids to the cache; returns float32 logits [logits_to_keep, V] for the last positions."""
+        return self._forward(token_ids, logits_to_keep, with_features=False)[0]
+
+    def forward_with_features(self, token_ids: list[int], logits_to_keep: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """As forward, plus the last layer's hidden states [len(token_ids), H] (before the final norm)."""
+        logits, features = self._forward(token_ids, logits_to_keep, with_features=True)
+        return logits, features
+
+    @torch.inference_mode()
+    def _forward(self, token_ids: list[int], logits_to_keep: int, with_features: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_ids = torch.tensor([token_ids], device=self.device)
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        out = self.model(
+            input_ids=input_ids,
+            cache=self.cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+            output_hidden_states=[-1] if with_features else None,
+        )
         self.passes += 1
-        return out.logits[0].float().cpu()
+        features = out.hidden_states[-1][0].float().cpu() if with_features else None
+        return out.logits[0].float().cpu(), features
 
     def adopt_prefix(self, source: CachedModel, length: int) -> None:
         """Starts an empty cache from the first `length` positions of another model's cache.

@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from .cpu_kernels import speed_up_linears
 from .drafters import Drafter, ModelDrafter, NgramDrafter
+from .eagle import EagleDrafter, EagleHead, load_head
 from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
 
 EMBEDDED_ID = "embedded:SmolLM2-135M-Instruct"
@@ -35,6 +36,8 @@ _EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_BF16 = "self:bfloat16"
 DRAFT_EARLY_EXIT = "self:early-exit"
 DRAFT_NGRAM = "ngram"
+DRAFT_EAGLE = "eagle:eagle-smollm2-135m"  # "eagle:<folder in assets/>": a head trained by train_draft.py
+HEADS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EARLY_EXIT_LAYERS = 8
 MODEL_CACHE_SIZE = int(os.environ.get("SPECDEC_MODEL_CACHE_SIZE", "3"))
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,96}$")
@@ -48,7 +51,9 @@ class Preset:
 
 
 PRESETS: tuple[Preset, ...] = (
-    Preset("SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)),
+    Preset(
+        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)
+    ),
     Preset(
         "SmolLM2-360M-Instruct (hub)",
         "HuggingFaceTB/SmolLM2-360M-Instruct",
@@ -63,6 +68,7 @@ PRESETS: tuple[Preset, ...] = (
 )
 
 DRAFT_LABELS = {
+    DRAFT_EAGLE: "EAGLE draft head trained here (1 layer, ~0.06x the cost)",
     DRAFT_BF16: "bfloat16 copy of the target (~0.7x the cost, agrees almost always)",
     DRAFT_NGRAM: "n-gram prompt lookup (model-free)",
     DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
@@ -183,9 +189,14 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def cache_dir() -> Path:
+    """Where converted models and generated training data live (never in the repository)."""
+    return Path(os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+
+
 def _embedded_converted() -> Path:
     """The embedded GGUF dequantized once into a float32 safetensors folder under the cache dir."""
-    cache_root = Path(os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+    cache_root = cache_dir()
     folder = cache_root / "SmolLM2-135M-Instruct-f32"
     if (folder / "model.safetensors").is_file():
         return folder
@@ -248,10 +259,21 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
         )
 
 
+@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
+def eagle_head(source: str, folder_name: str) -> EagleHead:
+    """A trained head from assets/<folder_name>, attached to the target it was made for."""
+    if not re.fullmatch(r"[\w.\-]+", folder_name):
+        raise ModelLoadError(f"'{folder_name}' is not a draft head name (a folder name in assets/).")
+    head = load_head(HEADS_DIR / folder_name, load_model(source).model)
+    return speed_up_linears(head)
+
+
 def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:
-    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT or a model source."""
+    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT, "eagle:<head>" or a model source."""
     if spec == DRAFT_NGRAM:
         return NgramDrafter()
+    if spec.startswith("eagle:"):
+        return EagleDrafter(eagle_head(target.source, spec.removeprefix("eagle:")), "EAGLE head")
     if spec == DRAFT_BF16:
         model = reduced_copy(target.source, torch.bfloat16)
         return ModelDrafter(model, "bfloat16 copy", min_confidence, shares_target_weights=True)

@@ -1,0 +1,270 @@
+"""An EAGLE draft head (Li et al. 2024, arXiv 2401.15077): a learned draft that reads the target's features.
+
+The head is one decoder layer of the target's own architecture (transformers' LlamaDecoderLayer
+with the target's config). At position j it reads fc([embedding of token j+1, feature f_j]) and
+predicts f_{j+1}, the target's last hidden state (before its final norm); the target's own frozen
+final norm and lm_head turn that prediction into logits. The lm_head is cut to the draft
+vocabulary, the N tokens the target emits most often (FR-Spec, arXiv 2502.14856), because its
+cost grows with the rows it scores: q is then zero outside the draft vocabulary, still a proper
+distribution over target ids, so the acceptance rule stays exact.
+
+Drafting k tokens runs the layer k times on the head's own KV cache: the first pass reads the
+target's real features, the next ones the head's own predicted feature (EAGLE's chain). The
+engine hands the head the target's features after every target pass (observe_features), so
+entries computed from predictions are replaced by real ones once the target has verified them.
+
+Saved as safetensors with EAGLE-3's field names where they mean the same thing (`fc`, `midlayer.*`,
+and the draft-to-target offsets `d2t` and target mask `t2d` of its reduced vocabulary). The layer
+here takes EAGLE-1's input (one hidden-size vector), not EAGLE-3's, so these files are not
+claimed to load in EAGLE-3 code. The lm_head rows are not stored: they are the target's own.
+
+Features are divided by a fixed per-dimension scale (measured on the training data) before the
+head sees them: the target's residual stream has a few dimensions in the thousands, which would
+swamp both fc and the regression loss.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import DynamicCache, PreTrainedModel
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+from .drafters import Draft
+from .errors import ModelLoadError
+from .kv_cache import CachedModel
+from .sampling import Sampler
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+@dataclass(frozen=True, slots=True)
+class HeadConfig:
+    """What the head was built for; a target that does not match it is refused."""
+
+    target_model: str  # a name for people ("SmolLM2-135M-Instruct")
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    vocab_size: int
+    draft_vocab_size: int
+    architecture: str = "eagle1-llama-decoder-layer"
+
+    @classmethod
+    def for_target(cls, target: PreTrainedModel, name: str, draft_vocab_size: int) -> HeadConfig:
+        c = target.config
+        return cls(name, c.model_type, c.hidden_size, c.num_hidden_layers, c.vocab_size, draft_vocab_size)
+
+    def check_target(self, target: PreTrainedModel, where: str) -> None:
+        c = target.config
+        seen = (c.model_type, c.hidden_size, c.num_hidden_layers, c.vocab_size)
+        wanted = (self.model_type, self.hidden_size, self.num_hidden_layers, self.vocab_size)
+        if seen != wanted:
+            raise ModelLoadError(
+                f"The draft head in {where} was made for {self.target_model} "
+                f"({self.model_type}, hidden size {self.hidden_size}, {self.num_hidden_layers} layers, "
+                f"{self.vocab_size} tokens), not for this target ({seen[0]}, hidden size {seen[1]}, "
+                f"{seen[2]} layers, {seen[3]} tokens)."
+            )
+
+
+class EagleHead(nn.Module):
+    """The trainable part (fc, midlayer) plus frozen views of the target (embedding, norm, lm_head rows)."""
+
+    def __init__(self, target: PreTrainedModel, config: HeadConfig, draft_ids: torch.Tensor) -> None:
+        super().__init__()
+        draft_ids = torch.unique(draft_ids)  # sorted and distinct: draft id order follows target id order
+        hidden = config.hidden_size
+        layer_config = copy.deepcopy(target.config)
+        layer_config.num_hidden_layers = 1
+        layer_config._attn_implementation = "sdpa"
+        self.config = config
+        self.layer_config = layer_config
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.midlayer = LlamaDecoderLayer(layer_config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(layer_config)
+        self.register_buffer("feature_scale", torch.ones(hidden))
+        # EAGLE-3's reduced-vocabulary convention: target id = draft id + d2t[draft id]; t2d marks kept ids.
+        self.register_buffer("d2t", draft_ids - torch.arange(len(draft_ids)))
+        t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
+        t2d[draft_ids] = True
+        self.register_buffer("t2d", t2d)
+        # Frozen target parts, referenced (embedding, norm) or copied once (the kept lm_head rows).
+        # Kept out of the state dict: they belong to the target, not to the head file.
+        frozen = {
+            "embed": target.get_input_embeddings(),
+            "norm": target.model.norm,
+            "lm_head": _rows_of(target.get_output_embeddings(), draft_ids),
+            "target_lm_head": target.get_output_embeddings(),
+        }
+        for part in frozen.values():
+            part.requires_grad_(False)
+        object.__setattr__(self, "_frozen", frozen)
+
+    @property
+    def draft_to_target(self) -> torch.Tensor:
+        return torch.arange(len(self.d2t)) + self.d2t  # [N] target id of each draft id
+
+    def forward(
+        self,
+        features: torch.Tensor,  # [B, T, H] scaled features (real ones divided by feature_scale, or predictions)
+        tokens: torch.Tensor,  # [B, T] the token after each feature's position
+        position_ids: torch.Tensor,  # [B, T]
+        cache: DynamicCache,
+        attention_mask: torch.Tensor | None,  # [B, 1, T, cached + T] additive, or None for one query
+    ) -> torch.Tensor:
+        """The predicted next features [B, T, H], in the same scaled space as the input."""
+        embedded = self._frozen["embed"](tokens).to(features.dtype)
+        x = self.fc(torch.cat([embedded, features], dim=-1))
+        return self.midlayer(
+            x,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            position_embeddings=self.rotary(x, position_ids),
+        )
+
+    def logits(self, predicted: torch.Tensor) -> torch.Tensor:
+        """Scaled predicted features [..., H] -> logits over the draft vocabulary [..., N]."""
+        return self._frozen["lm_head"](self._frozen["norm"](predicted * self.feature_scale))
+
+    def target_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's own logits over the draft vocabulary from its real (unscaled) features."""
+        return self._frozen["lm_head"](self._frozen["norm"](features))
+
+    def target_argmax(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's greedy choice over its full vocabulary from its real features [..., H]."""
+        return self._frozen["target_lm_head"](self._frozen["norm"](features)).argmax(-1)
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.layer_config)
+
+
+def _rows_of(lm_head: nn.Module, ids: torch.Tensor) -> nn.Linear:
+    weight = lm_head.weight.detach()[ids].clone()
+    rows = nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype, device=weight.device)
+    rows.weight = nn.Parameter(weight, requires_grad=False)
+    return rows
+
+
+def causal_mask(queries: int, cached: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive mask [1, 1, queries, cached + queries]: query i sees the cache and queries 0..i.
+
+    Built by hand because torch's is_causal aligns to the top left, wrong when a cache comes first."""
+    allowed = torch.ones(queries, cached + queries, dtype=torch.bool).tril(cached)
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+# ---- files ----------------------------------------------------------------------------------------
+
+
+def save_head(head: EagleHead, folder: Path) -> None:
+    """Half-precision safetensors (fc, midlayer, feature_scale, d2t, t2d) plus config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}
+    save_file(tensors, str(folder / WEIGHTS_NAME))
+    (folder / CONFIG_NAME).write_text(json.dumps(asdict(head.config), indent=2) + "\n")
+
+
+def load_head(folder: Path, target: PreTrainedModel) -> EagleHead:
+    """A saved head attached to its target, or a ModelLoadError that says what is wrong with the file."""
+    where = folder.name
+    try:
+        config = HeadConfig(**json.loads((folder / CONFIG_NAME).read_text()))
+    except FileNotFoundError:
+        raise ModelLoadError(f"The draft head '{where}' is missing: no {CONFIG_NAME}. Train it with `python -m specdec_core.train_draft`.") from None
+    except (json.JSONDecodeError, TypeError) as error:
+        raise ModelLoadError(f"The draft head '{where}' has an unreadable {CONFIG_NAME} ({type(error).__name__}).") from None
+    config.check_target(target, where)
+    try:
+        tensors = load_file(str(folder / WEIGHTS_NAME))
+    except FileNotFoundError:
+        raise ModelLoadError(f"The draft head '{where}' is missing its weights ({WEIGHTS_NAME}).") from None
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ModelLoadError(f"The draft head '{where}' has a damaged weights file ({WEIGHTS_NAME}: {error}).") from None
+    if "d2t" not in tensors or tensors["d2t"].shape != (config.draft_vocab_size,):
+        raise ModelLoadError(f"The draft head '{where}' has no draft-to-target id map of {config.draft_vocab_size} entries.")
+    draft_ids = torch.arange(config.draft_vocab_size) + tensors["d2t"]
+    if int(draft_ids.min()) < 0 or int(draft_ids.max()) >= config.vocab_size:
+        raise ModelLoadError(f"The draft head '{where}' maps draft ids outside the target's {config.vocab_size} tokens.")
+    dtype = next(target.parameters()).dtype
+    head = EagleHead(target, config, draft_ids).to(dtype)
+    try:
+        head.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()})
+    except RuntimeError as error:
+        raise ModelLoadError(f"The draft head '{where}' does not fit its own config: {str(error).splitlines()[0]}") from None
+    return head.eval()
+
+
+# ---- the drafter ------------------------------------------------------------------------------------
+
+
+class EagleDrafter:
+    """Drafts with an EagleHead: a chain of k head passes, the first from the target's real features."""
+
+    def __init__(self, head: EagleHead, name: str = "EAGLE head") -> None:
+        self.name = name
+        self.head = head
+        self._cache = head.new_cache()
+        self._real_entries = 0  # head cache entries computed from real target features
+        self._features = torch.empty(0, head.config.hidden_size)  # [positions the target has read, H], scaled
+        self._draft_to_target = head.draft_to_target
+
+    def begin(self, target: CachedModel) -> None:
+        """Nothing to adopt: the head builds its cache from the target's features of the prompt."""
+
+    def observe_features(self, start: int, features: torch.Tensor) -> None:
+        """The target's last hidden states [n, H] for positions start..start+n-1 of its latest pass."""
+        scaled = (features.to(self._features.dtype) / self.head.feature_scale.to(self._features.dtype))
+        self._features = torch.cat([self._features[:start], scaled])
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
+        started = time.perf_counter()
+        # Entry j reads (feature of position j, token j+1). The target has read positions up to
+        # len(context) - 2 (the newest token is fed with the next verification), so real entries
+        # run to there; the last of them predicts the feature from which the first draft comes.
+        real_end = len(context) - 1
+        # KV rollback: drop the entries the last draft computed from predicted features.
+        extra = self._cache.get_seq_length() - self._real_entries
+        if extra > 0:
+            self._cache.crop(-extra)
+        start = self._real_entries
+        predicted = self._run(self._features[start:real_end], context[start + 1 : real_end + 1], start)[-1:]
+        self._real_entries = real_end
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for i in range(k):
+            if i:
+                predicted = self._run(predicted, [tokens[-1]], real_end + i - 1)
+            q = sampler.probs(self._full_vocab(self.head.logits(predicted)))[0]  # [V]
+            tokens.append(sampler.pick(q))
+            rows.append(q)
+        return Draft(tuple(tokens), torch.stack(rows), k, time.perf_counter() - started)
+
+    def observe(self, accepted_count: int) -> None:
+        """Nothing here: the verified positions' real features arrive through observe_features."""
+
+    def _run(self, features: torch.Tensor, tokens: list[int], start: int) -> torch.Tensor:
+        """Appends len(tokens) entries at positions start.. to the head cache; their predictions [n, H]."""
+        n = len(tokens)
+        positions = torch.arange(start, start + n)[None]
+        mask = causal_mask(n, start, features.dtype) if n > 1 else None
+        out = self.head(features[None], torch.tensor([tokens]), positions, self._cache, mask)
+        return out[0]
+
+    def _full_vocab(self, draft_logits: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits [1, N] spread over the target's ids [1, V], -inf elsewhere (q = 0 there)."""
+        full = torch.full((draft_logits.shape[0], self.head.config.vocab_size), float("-inf"))
+        full[:, self._draft_to_target] = draft_logits.float()
+        return full

@@ -1,0 +1,372 @@
+"""Trains the EAGLE draft head (eagle.py) for the embedded target, on the target's own answers.
+
+    python -m specdec_core.train_draft                 # data (cached), then training (resumes), then the head file
+    python -m specdec_core.train_draft --max-minutes 60   # stop after a checkpoint; run again to go on
+    python -m specdec_core.train_draft --smoke         # a tiny random target, a few steps (CI)
+
+Loss (EAGLE): smooth-L1 between the head's predicted feature and the target's real one, plus
+cross-entropy against the target's full next-token distribution (restricted to the draft
+vocabulary). Training-time test (EAGLE-3, HASS): the head is unrolled over `depth` of its own
+steps; at depth s, entry j reads the head's own prediction from depth s-1 and attends to the real
+entries up to j-s+1 and to its own earlier predictions, exactly the cache it sees when drafting
+the s-th token. Tokens are the data's (the target's own), as if every earlier draft was accepted.
+
+Everything is cached: the generated data under $SPECDEC_CACHE_DIR/draft-data, the checkpoint
+under $SPECDEC_CACHE_DIR/draft-train. The learning curve (held-out top-1 agreement of each draft
+position against training tokens) is written beside the head as learning_curve.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+
+from .draft_data import Sequence, generate_batch, generate_shards, load_sequences, sample_prompts
+from .eagle import EagleHead, HeadConfig, load_head, save_head
+from .models import EMBEDDED_ID, cache_dir, load_model
+from .prompts import stop_token_ids
+
+HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "eagle-smollm2-135m"
+CURVE_NAME = "learning_curve.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    prompts: int = 3000
+    heldout_prompts: int = 96
+    max_new_tokens: int = 128
+    draft_vocab: int = 16384
+    depth: int = 3
+    epochs: int = 4
+    batch_tokens: int = 2048
+    lr: float = 1e-3
+    feature_weight: float = 0.2
+    seed: int = 0
+    evals_per_epoch: int = 4
+
+
+# ---- data ------------------------------------------------------------------------------------------
+
+
+def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tuple[list[Sequence], list[Sequence]]:
+    """The training and held-out sequences, generated once and then read from the cache."""
+    splits = {}
+    for split, count in (("heldout", settings.heldout_prompts), ("train", settings.prompts)):
+        name = f"{split}-n{count}-b48-s{settings.seed}-t{settings.max_new_tokens}"
+        folder = cache_dir() / "draft-data" / name
+        prompts = sample_prompts(split, count, seed=settings.seed)
+        paths = generate_shards(model, tokenizer, prompts, folder, settings.max_new_tokens, batch_size=48, seed=settings.seed)
+        splits[split] = load_sequences(paths)
+    return splits["train"], splits["heldout"]
+
+
+def draft_vocabulary(sequences: list[Sequence], size: int, always: set[int]) -> torch.Tensor:
+    """The `size` tokens the target emits most often in its responses (FR-Spec), end tokens included.
+
+    A few thousand answers name fewer distinct tokens than the vocabulary needs (and never the
+    held-out topics' words), so the remaining places go by token id: a BPE tokenizer numbers its
+    merges in the order of their frequency in its own corpus, so low ids are the common ones."""
+    counts = Counter(t for s in sequences for t in s.tokens[s.prompt_length :].tolist())
+    by_count = [t for t, _ in sorted(counts.items(), key=lambda c: (-c[1], c[0]))]
+    ranked = list(dict.fromkeys([*sorted(always), *by_count, *range(size + len(always) + len(by_count))]))
+    return torch.tensor(sorted(ranked[:size]))
+
+
+def coverage(sequences: list[Sequence], ids: torch.Tensor) -> float:
+    """Share of response tokens inside the draft vocabulary: the most a draft could ever propose."""
+    kept = set(ids.tolist())
+    tokens = [t for s in sequences for t in s.tokens[s.prompt_length :].tolist()]
+    return sum(t in kept for t in tokens) / max(1, len(tokens))
+
+
+def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
+    """Per-dimension RMS of the target's features: a few dimensions are in the thousands."""
+    total = torch.zeros(sequences[0].features.shape[1], dtype=torch.float64)
+    count = 0
+    for s in sequences:
+        total += s.features.double().pow(2).sum(0)
+        count += len(s.features)
+    return (total / count).sqrt().clamp(min=1e-2).float()
+
+
+def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) -> list[list[Sequence]]:
+    """Sequences of similar length together (less padding), batch order shuffled."""
+    ordered = sorted(sequences, key=lambda s: len(s.tokens))
+    out, current = [], []
+    for s in ordered:
+        if current and (len(current) + 1) * len(s.tokens) > batch_tokens:
+            out.append(current)
+            current = []
+        current.append(s)
+    if current:
+        out.append(current)
+    rng.shuffle(out)
+    return out
+
+
+def collate(batch: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """tokens [B, T], features [B, T, H] float32, loss mask [B, T - 2] (entry j predicts token j + 2)."""
+    width = max(len(s.tokens) for s in batch)
+    tokens = torch.stack([F.pad(s.tokens, (0, width - len(s.tokens))) for s in batch])
+    features = torch.stack([F.pad(s.features.float(), (0, 0, 0, width - len(s.tokens))) for s in batch])
+    j = torch.arange(width - 2)[None]
+    starts = torch.tensor([s.prompt_length for s in batch])[:, None]
+    ends = torch.tensor([len(s.tokens) for s in batch])[:, None]
+    mask = (j + 2 >= starts) & (j + 2 < ends)  # predictions of response tokens only: what is drafted
+    return tokens, features, mask
+
+
+# ---- the unrolled loss -----------------------------------------------------------------------------
+
+
+def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor, depth: int) -> list[torch.Tensor]:
+    """The head's predicted features [B, T - 2, H] at each depth 1..depth (training-time test)."""
+    batch, width = tokens.shape[0], tokens.shape[1] - 2
+    scaled = features[:, :width] / head.feature_scale
+    tokens_in = tokens[:, 1 : width + 1]
+    positions = torch.arange(width)[None].expand(batch, -1)
+    cache = head.new_cache()
+    outputs: list[torch.Tensor] = []
+    feature_in = scaled
+    for s in range(1, depth + 1):
+        mask = _depth_mask(width, s, features.dtype)
+        predicted = head(feature_in, tokens_in, positions, cache, mask)
+        outputs.append(predicted)
+        # Depth s + 1 reads, at entry j, the prediction made at entry j - 1 (the feature of position j).
+        feature_in = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
+    return outputs
+
+
+def _depth_mask(width: int, depth: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [1, 1, T, depth * T] over the keys of depths 1..depth, concatenated.
+
+    Entry j at depth s sees the real (depth 1) entries 0..j-s+1 and, at each depth r = 2..s, the
+    one entry j-s+r: the cache the head has when it drafts its s-th token after position j-s+1."""
+    j = torch.arange(width)[:, None]
+    i = torch.arange(width)[None, :]
+    blocks = [i <= j - depth + 1] + [i == j - depth + r for r in range(2, depth + 1)]
+    allowed = torch.cat(blocks, dim=1)
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tuple[torch.Tensor, list[float]]:
+    """The EAGLE loss summed over depths, and each depth's top-1 agreement with the target's argmax."""
+    tokens, features, mask = collate(batch)
+    width = tokens.shape[1] - 2
+    real_next = features[:, 1 : width + 1][mask]  # [M, H] the target's feature each entry predicts
+    with torch.no_grad():
+        target_probs = head.target_logits(real_next).softmax(-1)  # [M, N]
+        target_choice = target_probs.argmax(-1)
+    total = torch.zeros(())
+    agreement = []
+    for predicted in unrolled_pass(head, tokens, features, settings.depth):
+        chosen = predicted[mask]  # [M, H]
+        log_q = head.logits(chosen).log_softmax(-1)
+        ce = -(target_probs * log_q).sum(-1).mean()
+        regression = F.smooth_l1_loss(chosen, real_next / head.feature_scale)
+        total = total + ce + settings.feature_weight * regression
+        agreement.append(float((log_q.argmax(-1) == target_choice).float().mean()))
+    return total / settings.depth, agreement
+
+
+@torch.no_grad()
+def heldout_agreement(head: EagleHead, sequences: list[Sequence], settings: Settings) -> list[float]:
+    """Top-1 agreement per draft position on held-out data, against the target's argmax over its
+    *full* vocabulary (a token outside the draft vocabulary counts as a miss): the greedy
+    acceptance rate of position s given that positions 1..s-1 were accepted."""
+    hits = [0] * settings.depth
+    count = 0
+    for batch in batches(sequences, settings.batch_tokens, random.Random(0)):
+        tokens, features, mask = collate(batch)
+        width = tokens.shape[1] - 2
+        real_next = features[:, 1 : width + 1][mask]
+        target_ids = head.target_argmax(real_next)
+        for s, predicted in enumerate(unrolled_pass(head, tokens, features, settings.depth)):
+            chosen = head.draft_to_target[head.logits(predicted[mask]).argmax(-1)]
+            hits[s] += int((chosen == target_ids).sum())
+        count += int(mask.sum())
+    return [h / max(1, count) for h in hits]
+
+
+# ---- the loop --------------------------------------------------------------------------------------
+
+
+def train(
+    head: EagleHead,
+    train_set: list[Sequence],
+    heldout_set: list[Sequence],
+    settings: Settings,
+    checkpoint: Path,
+    max_minutes: float | None = None,
+) -> list[dict]:
+    """Trains in place, resuming from `checkpoint`; returns the learning curve. Stops early (after a
+    checkpoint) when max_minutes have passed; the next call goes on from there."""
+    trainable = [p for p in head.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    steps_per_epoch = len(batches(train_set, settings.batch_tokens, random.Random(0)))
+    total_steps = steps_per_epoch * settings.epochs
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, total_steps))
+    state = {"step": 0, "tokens": 0, "curve": []}
+    if checkpoint.is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        if saved["settings"] == asdict(settings):
+            head.load_state_dict(saved["head"])
+            optimizer.load_state_dict(saved["optimizer"])
+            schedule.load_state_dict(saved["schedule"])
+            state = saved["state"]
+    started = time.perf_counter()
+    eval_every = max(1, steps_per_epoch // settings.evals_per_epoch)
+    progress = tqdm(total=total_steps, initial=state["step"], desc="training draft head", unit="step")
+    recent: list[float] = []
+    while state["step"] < total_steps:
+        epoch, index = divmod(state["step"], steps_per_epoch)
+        order = batches(train_set, settings.batch_tokens, random.Random(settings.seed * 1000 + epoch))
+        batch = order[index]
+        loss, _ = loss_terms(head, batch, settings)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        optimizer.step()
+        schedule.step()
+        state["step"] += 1
+        state["tokens"] += sum(len(s.tokens) - s.prompt_length for s in batch)
+        recent = (recent + [float(loss)])[-20:]
+        progress.update(1)
+        last_eval = state["curve"][-1]["heldout_top1"] if state["curve"] else None
+        progress.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", heldout=_fmt(last_eval))
+        done = state["step"] == total_steps
+        if state["step"] % eval_every == 0 or done:
+            state["curve"].append(
+                {
+                    "step": state["step"],
+                    "epoch": round(state["step"] / steps_per_epoch, 3),
+                    "train_tokens": state["tokens"],
+                    "train_loss": round(sum(recent) / len(recent), 4),
+                    "heldout_top1": [round(a, 4) for a in heldout_agreement(head, heldout_set, settings)],
+                }
+            )
+            _save_checkpoint(checkpoint, head, optimizer, schedule, state, settings)
+            if max_minutes is not None and time.perf_counter() - started > 60 * max_minutes and not done:
+                break
+    progress.close()
+    return state["curve"]
+
+
+def _lr_factor(step: int, total: int, warmup: int = 30) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+def _fmt(values: list[float] | None) -> str:
+    return "-" if not values else "/".join(f"{v:.2f}" for v in values)
+
+
+def _save_checkpoint(path: Path, head, optimizer, schedule, state, settings) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "head": head.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+        "state": state,
+        "settings": asdict(settings),
+    }
+    torch.save(payload, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").rename(path)
+
+
+# ---- entry points ----------------------------------------------------------------------------------
+
+
+def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]) -> EagleHead:
+    ids = draft_vocabulary(train_set, settings.draft_vocab, stops)
+    head = EagleHead(target, HeadConfig.for_target(target, name, len(ids)), ids)
+    head.feature_scale.copy_(feature_scale(train_set))
+    target.requires_grad_(False)
+    return head
+
+
+def run_embedded(settings: Settings, out: Path, max_minutes: float | None) -> None:
+    torch.manual_seed(settings.seed)
+    loaded = load_model(EMBEDDED_ID)
+    train_set, heldout_set = embedded_data(settings, loaded.model, loaded.tokenizer)
+    stops = set(stop_token_ids(loaded.tokenizer, loaded.model))
+    head = new_head(loaded.model, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", train_set, settings, stops)
+    cover = {n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4) for n in (4096, 8192, 12288, 16384, 24576)}
+    print(f"{len(train_set)} training sequences, {sum(len(s.tokens) - s.prompt_length for s in train_set):,} response tokens; "
+          f"held-out coverage of the draft vocabulary by size: {cover}")
+    name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values())
+    curve = train(head, train_set, heldout_set, settings, cache_dir() / "draft-train" / f"{name}.pt", max_minutes)
+    finished = curve and curve[-1]["step"] == _total_steps(train_set, settings)
+    if finished:
+        save_head(head, out)
+        (out / CURVE_NAME).write_text(
+            json.dumps({"settings": asdict(settings), "heldout_coverage": cover, "curve": curve}, indent=1) + "\n"
+        )
+        load_head(out, loaded.model)  # what was saved must load
+        print(f"saved {out}; held-out top-1 agreement per draft position: {_fmt(curve[-1]['heldout_top1'])}")
+    else:
+        print("stopped after a checkpoint; run the same command again to go on")
+
+
+def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
+    return len(batches(train_set, settings.batch_tokens, random.Random(0))) * settings.epochs
+
+
+def tiny_target(vocab: int = 256, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+    )
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config).eval()
+
+
+def run_smoke(out: Path, steps_epochs: int = 6) -> list[dict]:
+    """A tiny random target's greedy continuations of random prompts; a few epochs; the head saved and reloaded."""
+    settings = Settings(draft_vocab=128, depth=3, epochs=steps_epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1)
+    target = tiny_target()
+    rng = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 256, (8,), generator=rng).tolist() for _ in range(40)]
+    data = generate_batch(target, prompts, 0.0, [255], max_new_tokens=24)
+    train_set, heldout_set = data[:32], data[32:]
+    head = new_head(target, "tiny random Llama", train_set, settings, {255})
+    curve = train(head, train_set, heldout_set, settings, out / "checkpoint.pt")
+    save_head(head, out)
+    load_head(out, target)
+    (out / CURVE_NAME).write_text(json.dumps({"settings": asdict(settings), "curve": curve}, indent=1) + "\n")
+    return curve
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    defaults = Settings()
+    for name, value in asdict(defaults).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--out", type=Path, default=HEAD_DIR)
+    parser.add_argument("--max-minutes", type=float, default=None)
+    parser.add_argument("--smoke", action="store_true", help="tiny random target, a few epochs (CI)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.smoke:
+        curve = run_smoke(args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke")
+        print(f"smoke: loss {curve[0]['train_loss']} -> {curve[-1]['train_loss']}")
+        return
+    settings = Settings(**{name: getattr(args, name) for name in asdict(defaults)})
+    run_embedded(settings, args.out, args.max_minutes)
+
+
+if __name__ == "__main__":
+    main()

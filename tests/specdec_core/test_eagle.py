@@ -1,0 +1,203 @@
+"""The EAGLE head drafter on tiny random models: losslessness, rollback, the id map, its files."""
+
+import json
+
+import pytest
+import torch
+
+import specdec_core.engine as engine
+from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
+from specdec_core.acceptance import Verdict
+from specdec_core.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
+from specdec_core.errors import ModelLoadError
+from specdec_core.kv_cache import CachedModel
+from specdec_core.sampling import Sampler
+from tests.conftest import tiny_llama
+from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_marginals
+
+VOCAB = 32
+
+
+def random_head(target, draft_ids: list[int], seed: int = 0, sharpness: float = 4.0) -> EagleHead:
+    torch.manual_seed(seed)
+    head = EagleHead(target, HeadConfig.for_target(target, "tiny", len(draft_ids)), torch.tensor(draft_ids))
+    with torch.no_grad():  # a random head with opinions: q far from uniform, so rejections happen
+        head.fc.weight.mul_(sharpness)
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=1, vocab_size=VOCAB)
+
+
+@pytest.fixture(scope="module")
+def head(target):
+    # A reduced draft vocabulary: 24 of the target's 32 ids, so some tokens are never proposed.
+    return random_head(target, list(range(0, VOCAB, 4)) + [i for i in range(VOCAB) if i % 4][:16])
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_greedy_head_drafts_equal_plain_and_generate(target, head, k, adaptive):
+    config = GenerationConfig(max_new_tokens=40)
+    plain = generated_tokens(autoregressive(target, PROMPT, config))
+    reference = target.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
+    assert plain == reference[0, len(PROMPT) :].tolist()
+    events = list(speculative(target, EagleDrafter(head), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
+    assert generated_tokens(events) == plain
+
+
+def test_head_drafts_are_both_accepted_and_rejected(target):
+    """Identity above means something only if the head is sometimes right and sometimes wrong: a head
+    that proposes the target's own greedy token for the token it has just read (the tiny target loops)."""
+    head = random_head(target, list(range(VOCAB)), seed=3)
+    summary = None
+    accepted = drafted = 0
+    for prompt in ([1, 2, 3, 4], PROMPT, [7, 7, 7, 7, 7]):
+        events = list(speculative(target, EagleDrafter(head), prompt, GenerationConfig(max_new_tokens=60), DraftConfig(k=3)))
+        summary = events[-1].summary
+        accepted += summary.accepted
+        drafted += summary.drafted
+    assert 0 < accepted < drafted
+
+
+def test_q_is_a_distribution_over_target_ids_and_zero_outside_the_draft_vocabulary(target, head):
+    drafter = EagleDrafter(head)
+    cached = CachedModel(target)
+    _, features = cached.forward_with_features(PROMPT)
+    drafter.observe_features(0, features)
+    draft = drafter.propose(PROMPT + [3], 4, Sampler(SamplingConfig(temperature=1.0)))
+    assert draft.probs.shape == (4, VOCAB)
+    assert torch.allclose(draft.probs.sum(-1), torch.ones(4))
+    assert (draft.probs[:, ~head.t2d] == 0).all()
+    assert all(head.t2d[t] for t in draft.tokens)
+
+
+def test_id_map_round_trips(head, target, tmp_path):
+    ids = head.draft_to_target
+    assert ids.tolist() == sorted(set(ids.tolist()))  # distinct target ids
+    assert head.t2d.sum() == len(ids) and head.t2d[ids].all()
+    save_head(head, tmp_path / "head")
+    loaded = load_head(tmp_path / "head", target)
+    assert torch.equal(loaded.draft_to_target, ids) and torch.equal(loaded.t2d, head.t2d)
+    feats = torch.randn(1, 5, target.config.hidden_size)
+    tokens = torch.tensor([[1, 2, 3, 4, 5]])
+    pos = torch.arange(5)[None]
+    from specdec_core.eagle import causal_mask
+
+    a = head(feats, tokens, pos, head.new_cache(), causal_mask(5, 0))
+    b = loaded(feats, tokens, pos, loaded.new_cache(), causal_mask(5, 0))
+    assert torch.allclose(a, b, atol=1e-2)  # saved in float16
+
+
+def test_rollback_after_partial_acceptance_matches_a_fresh_drafter(target, head):
+    """After steps with rejections, the head's next proposal equals that of a new drafter given
+    only the verified context and the target's features for it."""
+    drafter = EagleDrafter(head)
+    run = speculative(target, drafter, PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=4))
+    events = [next(run) for _ in range(6)]
+    partial = [e for e in events if isinstance(e, SpecStep) and e.accepted_count < e.drafted_count]
+    assert partial, "the test needs a step that rejected a draft"
+    context = PROMPT + generated_tokens(events)
+    sampler = Sampler(SamplingConfig())
+    continued = drafter.propose(context, 4, sampler)
+
+    fresh = EagleDrafter(head)
+    _, features = CachedModel(target).forward_with_features(context[:-1])
+    fresh.observe_features(0, features)
+    expected = fresh.propose(context, 4, sampler)
+    assert continued.tokens == expected.tokens
+    assert torch.allclose(continued.probs, expected.probs, atol=1e-4)
+    run.close()
+
+
+# ---- sampling with a reduced draft vocabulary --------------------------------------------------
+
+SMALL_VOCAB = 8
+SAMPLING = SamplingConfig(temperature=1.3, top_p=0.95, top_k=6)
+
+
+@pytest.fixture(scope="module")
+def small_target():
+    return tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
+
+
+@pytest.fixture(scope="module")
+def small_head(small_target):
+    # q is zero for tokens 5, 6 and 7, which the target can still emit (through the residual).
+    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0)
+
+
+def head_sample_counts(target, head, runs: int) -> tuple[list[int], list[int]]:
+    firsts, seconds = [0] * SMALL_VOCAB, [0] * SMALL_VOCAB
+    for seed in range(runs):
+        sampling = SamplingConfig(temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k, seed=seed)
+        config = GenerationConfig(max_new_tokens=3, sampling=sampling)
+        tokens = generated_tokens(speculative(target, EagleDrafter(head), [1, 2, 3], config, DraftConfig(k=2)))
+        firsts[tokens[0]] += 1
+        seconds[tokens[1]] += 1
+    return firsts, seconds
+
+
+def test_head_sampling_matches_target_distribution(small_target, small_head):
+    first, second = exact_marginals(small_target, [1, 2, 3], SAMPLING)
+    assert first[5:].sum() > 0.05, "the target must put mass on tokens the head cannot propose"
+    firsts, seconds = head_sample_counts(small_target, small_head, runs=1500)
+    assert sum(seconds[5:]) > 0
+    assert assert_matches(firsts, first) > 1e-3
+    assert assert_matches(seconds, second) > 1e-3
+
+
+def test_head_distribution_test_catches_always_accept(small_target, small_head, monkeypatch):
+    def always_accept(draft_tokens, draft_probs, target_probs, sampler):
+        k = draft_tokens.shape[0]
+        return Verdict(k, sampler.pick(target_probs[k]), (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
+
+    monkeypatch.setattr(engine, "verify", always_accept)
+    first, second = exact_marginals(small_target, [1, 2, 3], SAMPLING)
+    firsts, seconds = head_sample_counts(small_target, small_head, runs=1500)
+    assert min(assert_matches(firsts, first), assert_matches(seconds, second)) < 1e-6
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+
+def test_missing_head_is_refused_with_a_message(target, tmp_path):
+    with pytest.raises(ModelLoadError, match="missing"):
+        load_head(tmp_path / "nothing-here", target)
+
+
+def test_truncated_weights_are_refused(target, head, tmp_path):
+    save_head(head, tmp_path / "h")
+    weights = tmp_path / "h" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ModelLoadError, match="damaged"):
+        load_head(tmp_path / "h", target)
+
+
+def test_unreadable_config_is_refused(target, head, tmp_path):
+    save_head(head, tmp_path / "h")
+    (tmp_path / "h" / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="unreadable"):
+        load_head(tmp_path / "h", target)
+
+
+def test_head_made_for_another_model_is_refused(head, tmp_path):
+    save_head(head, tmp_path / "h")
+    other = tiny_llama(seed=2, vocab_size=48)
+    with pytest.raises(ModelLoadError, match="made for tiny"):
+        load_head(tmp_path / "h", other)
+
+
+def test_id_map_outside_the_vocabulary_is_refused(target, head, tmp_path):
+    save_head(head, tmp_path / "h")
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(tmp_path / "h" / "model.safetensors"))
+    tensors["d2t"] = tensors["d2t"] + VOCAB
+    save_file(tensors, str(tmp_path / "h" / "model.safetensors"))
+    assert config["vocab_size"] == VOCAB
+    with pytest.raises(ModelLoadError, match="outside"):
+        load_head(tmp_path / "h", target)
