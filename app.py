@@ -1,9 +1,12 @@
 """Entry point (also Hugging Face Spaces' app_file): build the UI, warm the default models, launch."""
 
+import importlib.util
 import os
 import threading
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+if importlib.util.find_spec("spaces"):  # on ZeroGPU it must be imported before torch touches CUDA
+    import spaces  # noqa: F401
 
 from app.ui import build_ui, launch  # noqa: E402
 from specdec_core import GenerationConfig, encode_prompt, load_model, make_drafter, speculative  # noqa: E402

@@ -109,7 +109,29 @@ def theory_figure(a: float, c: float, k: int, measured: Race | None) -> go.Figur
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
     fig.update_xaxes(title_text="draft length k")
     fig.update_yaxes(title_text="expected speedup", rangemode="tozero")
-    return _style(fig, height=380)
+    return _legend_on_top(_style(fig, height=400))
+
+
+def _legend_on_top(fig: go.Figure) -> go.Figure:
+    """Above the plot, where it cannot cover the x-axis title (the default sits below the axis)."""
+    fig.update_layout(legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom"), margin=dict(t=64))
+    return fig
+
+
+def learning_curve_figure(curve: list[dict]) -> go.Figure:
+    """Held-out top-1 agreement of each draft position against response tokens seen in training."""
+    fig = go.Figure()
+    tokens = [point["train_tokens"] for point in curve]
+    depth = len(curve[0]["heldout_top1"]) if curve else 0
+    shades = [COLORS["accepted"], COLORS["bonus"], COLORS["creative"], COLORS["correction"]]
+    for position in range(depth):
+        fig.add_scatter(
+            x=tokens, y=[point["heldout_top1"][position] for point in curve], mode="lines+markers",
+            name=f"draft position {position + 1}", line_color=shades[position % len(shades)],
+        )
+    fig.update_xaxes(title_text="response tokens seen in training (epochs included)")
+    fig.update_yaxes(title_text="held-out top-1 agreement", range=[0, 1])
+    return _legend_on_top(_style(fig, height=380))
 
 
 def workload_figure(rows: list[dict]) -> go.Figure:

@@ -1,6 +1,10 @@
 """The explainer's text. Formulas in LaTeX, rendered by Gradio's Markdown."""
 
+import json
+
 from specdec_core import expected_speedup
+from specdec_core.models import DRAFT_EAGLE, HEADS_DIR
+from specdec_core.train_draft import CURVE_NAME
 
 INTRO = r"""
 ### Why speculative decoding works
@@ -54,3 +58,20 @@ Spec-Bench (Vicuna-7B, greedy): draft-model speculative sampling 1.79×, prompt 
 summarization and about 1.0× on translation: the workload decides. For scale: at a = 0.8, c = 0.05, k = 4 the formula
 gives {expected_speedup(0.8, 4, 0.05):.2f}×.
 """
+
+HEAD_INTRO = """### The embedded model's draft: an EAGLE head trained here
+No small model of SmolLM2-135M's family exists, so its default draft is a learned **draft head** (EAGLE, Li et al.
+2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
+token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
+frequent tokens. It costs about a twentieth of a target pass. It was trained on the target's own answers to a few
+thousand generated prompts (`python -m specdec_core.train_draft`); the curve shows how often its guess equals the
+target's greedy choice, per draft position, on **held-out prompts about topics it never saw**."""
+
+
+def head_learning_curve() -> list[dict]:
+    """The shipped head's learning curve, or [] when no head has been trained."""
+    path = HEADS_DIR / DRAFT_EAGLE.removeprefix("eagle:") / CURVE_NAME
+    try:
+        return json.loads(path.read_text())["curve"]
+    except (OSError, ValueError, KeyError):
+        return []

@@ -243,6 +243,19 @@ def _workload_row(item, plain, spec, identical: bool | None) -> dict:
 
 
 TABLE_COLUMNS = ["workload", "prompt", "temperature", "tok_s_plain", "tok_s_spec", "speedup", "acceptance_rate", "mean_accepted_length", "identical"]
+# What the tables show above each field (the CSV/JSON downloads keep the field names).
+COLUMN_HEADERS = {
+    "workload": "Workload",
+    "prompt": "Prompt",
+    "temperature": "Temperature",
+    "tok_s_plain": "Plain (tokens/s)",
+    "tok_s_spec": "Speculative (tokens/s)",
+    "speedup": "Speedup (×)",
+    "acceptance_rate": "Acceptance (accepted / drafted)",
+    "mean_accepted_length": "Tokens per target pass",
+    "identical": "Same output as plain (greedy)",
+    "k": "Draft length k",
+}
 
 
 def _table(rows: list[dict]) -> list[list]:

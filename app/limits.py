@@ -2,7 +2,6 @@
 
 import os
 
-from specdec_core.models import MODEL_CACHE_SIZE
 
 MAX_NEW_TOKENS = int(os.environ.get("SPECDEC_MAX_NEW_TOKENS", "256"))
 MAX_PROMPT_CHARS = int(os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "4000"))
@@ -15,5 +14,5 @@ CONCURRENCY = 1  # one generation at a time keeps timings honest on 2 cores
 SUMMARY = (
     f"Limits: up to {MAX_NEW_TOKENS} new tokens, {MAX_PROMPT_CHARS:,} prompt characters, k ≤ {MAX_K}, "
     f"{RUN_SECONDS:.0f} s per decoder per run; one run at a time, {QUEUE_SIZE} waiting at most; "
-    f"{MODEL_CACHE_SIZE} models kept loaded (the least recently used is dropped)."
+    "models stay loaded while they fit in free memory (the least recently used is dropped first)."
 )

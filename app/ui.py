@@ -9,8 +9,10 @@ import gradio as gr
 from specdec_core.models import PRESETS, default_target
 
 from . import handlers, limits, views
-from .explainer import HEADLINES, INTRO, STEP_INTRO
+from . import charts
+from .explainer import HEAD_INTRO, HEADLINES, INTRO, STEP_INTRO, head_learning_curve
 from .workloads import CUSTOM, builtin_sets, race_presets
+from .zerogpu import gpu_handler
 
 CSS_FILE = Path(__file__).resolve().parent.parent / "assets" / "style.css"
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
@@ -81,7 +83,7 @@ def _race_tab(last_race: gr.State) -> dict:
     target.change(handlers.drafter_choices, target, drafter, api_visibility="private")
     event = gr.on(
         [run.click, prompt.submit],
-        handlers.run_race,
+        gpu_handler(handlers.run_race),
         inputs=[prompt, target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens],
         outputs=[plain_pane, spec_pane, plot, summary, details, last_race],
         api_name="race",
@@ -115,10 +117,12 @@ def _workload_tab(race: dict) -> None:
         with gr.Column():
             status = gr.Markdown("Results appear here prompt by prompt.")
             downloads = gr.File(label="Download results (CSV, JSON)", file_count="multiple", interactive=False)
-    table = gr.Dataframe(headers=handlers.TABLE_COLUMNS, label="Per prompt", interactive=False, wrap=True)
+    table = gr.Dataframe(
+        headers=[handlers.COLUMN_HEADERS[c] for c in handlers.TABLE_COLUMNS], label="Per prompt", interactive=False, wrap=True
+    )
     chart = gr.Plot(label="Speedup and acceptance per prompt")
     event = run.click(
-        handlers.run_workload,
+        gpu_handler(handlers.run_workload),
         inputs=[sets, own_prompts, own_temperature, race["target"], race["drafter"], race["k"], race["adaptive"], max_new_tokens],
         outputs=[status, table, chart, downloads],
         api_name="workload_check",
@@ -137,9 +141,10 @@ def _workload_tab(race: dict) -> None:
             sweep_status = gr.Markdown()
         with gr.Column():
             sweep_chart = gr.Plot(label="Speedup vs k")
-    sweep_table = gr.Dataframe(headers=["k", "speedup", "acceptance_rate", "mean_accepted_length"], interactive=False)
+    sweep_columns = ["k", "speedup", "acceptance_rate", "mean_accepted_length"]
+    sweep_table = gr.Dataframe(headers=[handlers.COLUMN_HEADERS[c] for c in sweep_columns], interactive=False)
     sweep_run.click(
-        handlers.run_sweep,
+        gpu_handler(handlers.run_sweep),
         inputs=[sweep_prompt, race["target"], race["drafter"], sweep_tokens],
         outputs=[sweep_status, sweep_chart, sweep_table],
         api_name="k_sweep",
@@ -160,6 +165,10 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
         with gr.Column(scale=2):
             theory = gr.Plot(label="Expected speedup vs k", elem_id="theory-chart")
     gr.Markdown(HEADLINES)
+    curve = head_learning_curve()
+    if curve:
+        gr.Markdown(HEAD_INTRO)
+        gr.Plot(charts.learning_curve_figure(curve), label="Draft head: held-out agreement while training", elem_id="head-curve")
     gr.Markdown(STEP_INTRO)
     with gr.Row():
         previous = gr.Button("◀ previous step", size="sm")

