@@ -7,6 +7,7 @@ from pathlib import Path
 import gradio as gr
 
 from specdec_core.models import PRESETS, default_target
+from specdec_core.sources import public_mode, public_parameter_bound
 
 from . import handlers, limits, views
 from . import charts
@@ -54,11 +55,14 @@ def _race_tab(last_race: gr.State) -> dict:
         with gr.Column(scale=2):
             target = gr.Dropdown(
                 choices=[(p.label, p.target) for p in PRESETS], value=default_target(), label="Target model", allow_custom_value=True,
-                info="A preset, or any hub id / local folder / .gguf path. Hub models need network access.",
+                info=_target_info(),
             )
             drafter = handlers.drafter_choices(default_target())
             drafter.label, drafter.allow_custom_value = "Drafter", True
-            drafter.info = "Must share the target's tokenizer. Early exit is a deliberately bad draft."
+            drafter.info = (
+                "Must share the target's tokenizer. The EAGLE head is a small draft trained here for the embedded model; "
+                "the bfloat16 copy agrees almost always; early exit is a deliberately bad draft."
+            )
             with gr.Row():
                 k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
                 adaptive = gr.Checkbox(value=False, label="Adaptive k", info="picks k from measured a and cost; 0 when drafts lose")
@@ -93,6 +97,13 @@ def _race_tab(last_race: gr.State) -> dict:
     )
     stop.click(None, cancels=[event], api_visibility="private")
     return {"target": target, "drafter": drafter, "k": k, "adaptive": adaptive}
+
+
+def _target_info() -> str:
+    if public_mode():
+        return (f"A preset, or a hub id of a model up to {public_parameter_bound() / 1e9:.0f}B parameters. "
+                "Local files and folders are turned off in this public demo.")
+    return "A preset, or any hub id / local folder / .gguf path. Hub models need network access."
 
 
 def _workload_tab(race: dict) -> None:

@@ -7,8 +7,9 @@
 
 Files, one idea each: config (validated settings), events (what a run yields), sampling (logits
 to tokens), acceptance (the rule), kv_cache (a model with rollback), drafters, schedule (draft
-length), engine (the two decoders), stats, theory, prompts, models (loading), cpu_kernels (the
-CPU speed fix), bench.
+length), engine (the two decoders), stats, theory, prompts, sources (where a model comes from,
+its size, public mode), models (loading), cpu_kernels (the CPU speed fix), eagle (the learned
+draft head), draft_data and train_draft (its training), bench.
 """
 
 from .config import DraftConfig, GenerationConfig, SamplingConfig
@@ -29,6 +30,7 @@ from .events import (
 )
 from .models import (
     DRAFT_BF16,
+    DRAFT_EAGLE,
     DRAFT_EARLY_EXIT,
     DRAFT_NGRAM,
     EMBEDDED_ID,

@@ -153,7 +153,21 @@ def memory_budget(held_bytes: int) -> int:
     """Bytes models may take: what they hold now plus what the machine has free, less a reserve."""
     if os.environ.get("SPECDEC_MEMORY_BUDGET_GB"):
         return int(float(os.environ["SPECDEC_MEMORY_BUDGET_GB"]) * 2**30)
-    return max(0, held_bytes + psutil.virtual_memory().available - RESERVE_BYTES)
+    return max(0, held_bytes + free_memory() - RESERVE_BYTES)
+
+
+def free_memory() -> int:
+    """psutil's available memory, or less where a container's cgroup limit says so (a Space's
+    /proc/meminfo shows the host's memory, not the container's 16 GB)."""
+    free = psutil.virtual_memory().available
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit to read
+    return free
 
 
 def _count(parameters: int) -> str:

@@ -5,6 +5,7 @@ from gradio_client import Client
 
 from app.ui import build_ui, launch
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
+from specdec_core.models import DRAFT_EAGLE
 
 pytestmark = pytest.mark.slow
 RACE_DEFAULTS = dict(
@@ -36,6 +37,16 @@ def test_race_returns_both_panes_and_identical_greedy_outputs(client):
     assert plot is not None
 
 
+def test_race_with_the_trained_head_is_identical_and_shows_both_outcomes(client):
+    plain_pane, spec_pane, _, summary, details = race(
+        client, drafter=DRAFT_EAGLE, k=4, max_new_tokens=64,
+        prompt="Write a short story about a fox who learns to fly. Keep it to one paragraph.",
+    )
+    assert details["identical"] is True
+    assert "tok-accepted" in spec_pane and "tok-rejected" in spec_pane  # the head is right and wrong
+    assert 0 < details["spec"]["accepted"] < details["spec"]["drafted"]
+
+
 def test_race_streams_intermediate_updates(client):
     job = client.submit(prompt="Count from one to ten in words.", **{**RACE_DEFAULTS, "max_new_tokens": 24}, api_name="/race")
     updates = list(job)
@@ -55,6 +66,8 @@ def test_race_streams_intermediate_updates(client):
         (dict(max_new_tokens=100000), "greater than maximum value 256"),
         (dict(target="no-such-org/no-such-model"), "cannot be reached"),
         (dict(target="Qwen/Qwen2.5-1.5B-Instruct"), "cannot be reached"),
+        (dict(drafter="eagle:no-such-head"), "draft head 'no-such-head' is missing"),
+        (dict(drafter="eagle:../../etc"), "not a draft head name"),
     ],
 )
 def test_bad_input_gets_a_clear_message_and_the_app_keeps_working(client, overrides, message):

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from specdec_core.cpu_kernels import onednn_supports, speed_up_linears, without_speed_up
+from specdec_core.cpu_kernels import onednn_supports, speed_up_linears
 
 
 def linear(bias: bool = True) -> torch.nn.Linear:
@@ -43,8 +43,23 @@ def test_unsupported_dtype_falls_back_to_stock():
     torch.testing.assert_close(module(x), torch.nn.functional.linear(x, module.weight, module.bias))
 
 
-def test_without_speed_up_restores_stock_forward(target_model):
-    model = without_speed_up(copy.deepcopy(target_model))
-    assert all("forward" not in m.__dict__ for m in model.modules())
-    ids = torch.tensor([[0, 5, 9, 5]])
-    torch.testing.assert_close(model(ids).logits, target_model(ids).logits, rtol=1e-4, atol=1e-4)
+def test_released_dense_weights_keep_outputs_and_tied_weights():
+    """Packing then releasing the dense copies changes no output; the tied lm_head stays readable."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specdec_core.cpu_kernels import release_dense_weights
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.tensor([[1, 5, 7, 3, 9]])
+    with torch.no_grad():
+        before = model(ids).logits
+        release_dense_weights(speed_up_linears(model))
+        after = model(ids).logits
+    assert torch.allclose(before, after, atol=1e-4)
+    assert model.model.layers[0].mlp.up_proj.weight.is_meta  # released: only the packed copy is left
+    assert not model.lm_head.weight.is_meta and model.lm_head.weight is model.model.embed_tokens.weight
+    with pytest.raises(RuntimeError, match="released"):
+        model.bfloat16()(ids)

@@ -16,6 +16,7 @@ from specdec_core import (
     speculative,
     stop_token_ids,
 )
+from specdec_core.models import DRAFT_EAGLE
 
 pytestmark = pytest.mark.slow
 PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives in Lisbon and is 31."
@@ -38,7 +39,7 @@ def test_plain_decoding_equals_transformers_generate(embedded, reference):
     assert embedded.tokenizer.decode(plain).count('"') >= 4  # it really wrote JSON-ish text
 
 
-@pytest.mark.parametrize("drafter", [DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT])
+@pytest.mark.parametrize("drafter", [DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT])
 @pytest.mark.parametrize("draft_config", [DraftConfig(k=2), DraftConfig(k=5), DraftConfig(k=4, adaptive=True)], ids=str)
 def test_greedy_speculative_is_token_identical(embedded, reference, drafter, draft_config):
     prompt, stops, plain = reference
