@@ -80,8 +80,11 @@ class HeadConfig:
 class EagleHead(nn.Module):
     """The trainable part (fc, midlayer) plus frozen views of the target (embedding, norm, lm_head rows)."""
 
-    def __init__(self, target: PreTrainedModel, config: HeadConfig, draft_ids: torch.Tensor) -> None:
+    def __init__(self, target: PreTrainedModel, config: HeadConfig, draft_ids: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+        """dtype: what the head computes in (default: the target's); the bench and app use bfloat16 on
+        CPUs with oneDNN, where its lm_head rows cost 0.33 ms a pass against 1.76 ms in float32."""
         super().__init__()
+        dtype = dtype or target.get_input_embeddings().weight.dtype
         draft_ids = torch.unique(draft_ids)  # sorted and distinct: draft id order follows target id order
         hidden = config.hidden_size
         layer_config = copy.deepcopy(target.config)
@@ -98,17 +101,23 @@ class EagleHead(nn.Module):
         t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
         t2d[draft_ids] = True
         self.register_buffer("t2d", t2d)
-        # Frozen target parts, referenced (embedding, norm) or copied once (the kept lm_head rows).
-        # Kept out of the state dict: they belong to the target, not to the head file.
+        # Frozen target parts, referenced (embedding) or copied once in the head's dtype (the final
+        # norm, the kept lm_head rows). Kept out of the state dict: they belong to the target.
         frozen = {
             "embed": target.get_input_embeddings(),
-            "norm": target.model.norm,
-            "lm_head": _rows_of(target.get_output_embeddings(), draft_ids),
+            "norm": copy.deepcopy(target.model.norm).to(dtype),
+            "lm_head": _rows_of(target.get_output_embeddings(), draft_ids, dtype),
             "target_lm_head": target.get_output_embeddings(),
         }
         for part in frozen.values():
             part.requires_grad_(False)
         object.__setattr__(self, "_frozen", frozen)
+        self.to(device=target.device, dtype=dtype)
+
+    @property
+    def draft_lm_head(self) -> nn.Linear:
+        """The target's lm_head rows of the draft vocabulary: the head's own copy (models.py packs it)."""
+        return self._frozen["lm_head"]
 
     @property
     def draft_to_target(self) -> torch.Tensor:
@@ -150,8 +159,8 @@ class EagleHead(nn.Module):
         return DynamicCache(config=self.layer_config)
 
 
-def _rows_of(lm_head: nn.Module, ids: torch.Tensor) -> nn.Linear:
-    weight = lm_head.weight.detach()[ids].clone()
+def _rows_of(lm_head: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> nn.Linear:
+    weight = lm_head.weight.detach()[ids].to(dtype).clone()
     rows = nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype, device=weight.device)
     rows.weight = nn.Parameter(weight, requires_grad=False)
     return rows
@@ -176,8 +185,9 @@ def save_head(head: EagleHead, folder: Path) -> None:
     (folder / CONFIG_NAME).write_text(json.dumps(asdict(head.config), indent=2) + "\n")
 
 
-def load_head(folder: Path, target: PreTrainedModel) -> EagleHead:
-    """A saved head attached to its target, or a ModelLoadError that says what is wrong with the file."""
+def load_head(folder: Path, target: PreTrainedModel, dtype: torch.dtype | None = None) -> EagleHead:
+    """A saved head attached to its target (computing in dtype, default the target's), or a
+    ModelLoadError that says what is wrong with the file."""
     where = folder.name
     try:
         config = HeadConfig(**json.loads((folder / CONFIG_NAME).read_text()))
@@ -197,8 +207,8 @@ def load_head(folder: Path, target: PreTrainedModel) -> EagleHead:
     draft_ids = torch.arange(config.draft_vocab_size) + tensors["d2t"]
     if int(draft_ids.min()) < 0 or int(draft_ids.max()) >= config.vocab_size:
         raise ModelLoadError(f"The draft head '{where}' maps draft ids outside the target's {config.vocab_size} tokens.")
-    dtype = next(target.parameters()).dtype
-    head = EagleHead(target, config, draft_ids).to(dtype)
+    head = EagleHead(target, config, draft_ids, dtype)
+    dtype = head.feature_scale.dtype
     try:
         head.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()})
     except RuntimeError as error:
@@ -217,15 +227,16 @@ class EagleDrafter:
         self.head = head
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
-        self._features = torch.empty(0, head.config.hidden_size)  # [positions the target has read, H], scaled
-        self._draft_to_target = head.draft_to_target
+        self._device = head.feature_scale.device  # the target's: the head reads its embedding
+        self._features = torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=self._device)
+        self._draft_to_target = head.draft_to_target.cpu()
 
     def begin(self, target: CachedModel) -> None:
         """Nothing to adopt: the head builds its cache from the target's features of the prompt."""
 
     def observe_features(self, start: int, features: torch.Tensor) -> None:
         """The target's last hidden states [n, H] for positions start..start+n-1 of its latest pass."""
-        scaled = (features.to(self._features.dtype) / self.head.feature_scale.to(self._features.dtype))
+        scaled = (features.to(self._device).float() / self.head.feature_scale.float()).to(self._features.dtype)
         self._features = torch.cat([self._features[:start], scaled])
 
     @torch.inference_mode()
@@ -258,13 +269,13 @@ class EagleDrafter:
     def _run(self, features: torch.Tensor, tokens: list[int], start: int) -> torch.Tensor:
         """Appends len(tokens) entries at positions start.. to the head cache; their predictions [n, H]."""
         n = len(tokens)
-        positions = torch.arange(start, start + n)[None]
-        mask = causal_mask(n, start, features.dtype) if n > 1 else None
-        out = self.head(features[None], torch.tensor([tokens]), positions, self._cache, mask)
+        positions = torch.arange(start, start + n, device=self._device)[None]
+        mask = causal_mask(n, start, features.dtype).to(self._device) if n > 1 else None
+        out = self.head(features[None], torch.tensor([tokens], device=self._device), positions, self._cache, mask)
         return out[0]
 
     def _full_vocab(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits [1, N] spread over the target's ids [1, V], -inf elsewhere (q = 0 there)."""
         full = torch.full((draft_logits.shape[0], self.head.config.vocab_size), float("-inf"))
-        full[:, self._draft_to_target] = draft_logits.float()
+        full[:, self._draft_to_target] = draft_logits.float().cpu()
         return full

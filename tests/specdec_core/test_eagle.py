@@ -8,6 +8,7 @@ import torch
 import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
+from specdec_core.cpu_kernels import onednn_supports
 from specdec_core.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
@@ -46,6 +47,22 @@ def test_greedy_head_drafts_equal_plain_and_generate(target, head, k, adaptive):
     assert plain == reference[0, len(PROMPT) :].tolist()
     events = list(speculative(target, EagleDrafter(head), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
     assert generated_tokens(events) == plain
+
+
+def test_fast_head_in_bfloat16_with_packed_rows_stays_lossless(target, head, tmp_path):
+    """The app's head: bfloat16 where oneDNN runs it, packed linears, dense copies released."""
+    from specdec_core.models import _fast_head
+
+    save_head(head, tmp_path / "head")
+    fast = _fast_head(tmp_path / "head", target)
+    if onednn_supports(torch.bfloat16):
+        assert fast.feature_scale.dtype == fast.draft_lm_head.weight.dtype == torch.bfloat16
+        assert fast.draft_lm_head.weight.is_meta and fast.fc.weight.is_meta  # only packed copies kept
+    config = GenerationConfig(max_new_tokens=40)
+    plain = generated_tokens(autoregressive(target, PROMPT, config))
+    events = list(speculative(target, EagleDrafter(fast), PROMPT, config, DraftConfig(k=4)))
+    assert generated_tokens(events) == plain
+    assert events[-1].summary.drafted > 0
 
 
 def test_head_drafts_are_both_accepted_and_rejected(target):
