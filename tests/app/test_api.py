@@ -3,6 +3,7 @@
 import pytest
 from gradio_client import Client
 
+from app.handlers import COLUMN_HEADERS
 from app.ui import build_ui, launch
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
 from specdec_core.models import DRAFT_EAGLE
@@ -102,9 +103,9 @@ def test_workload_check_reports_each_prompt(client):
     )
     rows = table["data"]
     assert len(rows) == 2
-    headers = table["headers"]
-    assert all(row[headers.index("identical")] is True for row in rows)
-    assert all(row[headers.index("speedup")] > 0 for row in rows)
+    headers = table["headers"]  # the words shown above each field
+    assert all(row[headers.index(COLUMN_HEADERS["identical"])] is True for row in rows)
+    assert all(row[headers.index(COLUMN_HEADERS["speedup"])] > 0 for row in rows)
     assert "custom" in status and "measure yours both ways" in status
     assert sorted(f.rsplit(".", 1)[-1] for f in files) == ["csv", "json"]
 
