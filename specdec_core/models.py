@@ -304,8 +304,7 @@ def eagle_head(source: str, folder_name: str) -> EagleHead:
 def _fast_head(folder: Path, target: PreTrainedModel) -> EagleHead:
     """The head in bfloat16 where oneDNN runs it (its passes then cost ~0.06 of a float32 target
     pass instead of ~0.13), with packed linears and no dense copies; float32 elsewhere."""
-    on_cpu = next(target.parameters()).device.type == "cpu"
-    dtype = torch.bfloat16 if on_cpu and onednn_supports(torch.bfloat16) else None
+    dtype = torch.bfloat16 if target.device.type == "cpu" and onednn_supports(torch.bfloat16) else None
     head = load_head(folder, target, dtype)
     for part in (head, head.draft_lm_head):
         release_dense_weights(speed_up_linears(part))
