@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec_core import expected_speedup
+from specdec_core.tuning import CostCurve
 
 from .race import Race
 
@@ -89,18 +90,27 @@ def race_figure(race: Race) -> go.Figure:
     return _style(fig, height=520)
 
 
-def theory_figure(a: float, c: float, k: int, measured: Race | None) -> go.Figure:
+def theory_figure(a: float, c: float, k: int, measured: Race | None, curve: CostCurve | None) -> go.Figure:
+    """Expected speedup vs k: the ideal (verification as cheap as one pass) and, where this machine's
+    verification cost curve was measured, with it; the last race on both."""
     ks = np.arange(0, 17)
+
+    def line(a: float, c: float, with_curve: bool) -> list[float]:
+        return [expected_speedup(a, int(n), c, curve.ratio(int(n) + 1) if with_curve else 1.0) for n in ks]
+
     fig = go.Figure()
-    fig.add_scatter(x=ks, y=[expected_speedup(a, int(n), c) for n in ks], mode="lines+markers", name=f"theory: a={a:.2f}, c={c:.2f}")
-    fig.add_scatter(
-        x=[k], y=[expected_speedup(a, k, c)], mode="markers", marker=dict(size=14, symbol="diamond"), name=f"your k={k}"
-    )
+    fig.add_scatter(x=ks, y=line(a, c, False), mode="lines+markers", name=f"ideal: a={a:.2f}, c={c:.2f}, T(k+1) = T(1)",
+                    line_color=COLORS["bonus"])
+    if curve is not None:
+        fig.add_scatter(x=ks, y=line(a, c, True), mode="lines+markers", name="with this machine's T(k+1)/T(1)",
+                        line_color=COLORS["accepted"])
+    mine = expected_speedup(a, k, c, curve.ratio(k + 1) if curve else 1.0)
+    fig.add_scatter(x=[k], y=[mine], mode="markers", marker=dict(size=14, symbol="diamond", color=COLORS["accepted"]), name=f"your k={k}")
     if measured is not None and measured.acceptance_rate is not None and measured.cost_ratio is not None and measured.speedup:
         ma, mc = measured.acceptance_rate, measured.cost_ratio
         fig.add_scatter(
-            x=ks, y=[expected_speedup(ma, int(n), mc) for n in ks], mode="lines", line_dash="dash",
-            name=f"theory at last race's a={ma:.2f}, c={mc:.2f}",
+            x=ks, y=line(ma, mc, curve is not None), mode="lines", line_dash="dash", line_color=COLORS["correction"],
+            name=f"at last race's a={ma:.2f}, c={mc:.2f}" + (", measured curve" if curve else ""),
         )
         fig.add_scatter(
             x=[measured.k], y=[measured.speedup], mode="markers", marker=dict(size=16, symbol="star", color=COLORS["rejected"]),
@@ -109,7 +119,19 @@ def theory_figure(a: float, c: float, k: int, measured: Race | None) -> go.Figur
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
     fig.update_xaxes(title_text="draft length k")
     fig.update_yaxes(title_text="expected speedup", rangemode="tozero")
-    return _legend_on_top(_style(fig, height=400))
+    return _legend_on_top(_style(fig, height=420))
+
+
+def cost_curve_figure(curve: CostCurve) -> go.Figure:
+    """T(n)/T(1): what one target pass over n tokens costs against a single-token pass, measured here."""
+    widths = list(range(1, len(curve.seconds) + 1))
+    fig = go.Figure()
+    fig.add_scatter(x=widths, y=curve.ratios, mode="lines+markers", name="measured on this machine", line_color=COLORS["spec"])
+    fig.add_scatter(x=widths, y=[1.0] * len(widths), mode="lines", line_dash="dot", line_color=COLORS["plain"],
+                    name="ideal: as cheap as one token")
+    fig.update_xaxes(title_text="tokens in one target pass (k + 1)", dtick=2)
+    fig.update_yaxes(title_text="T(n) / T(1)", rangemode="tozero")
+    return _legend_on_top(_style(fig, height=340))
 
 
 def _legend_on_top(fig: go.Figure) -> go.Figure:

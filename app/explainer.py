@@ -44,9 +44,21 @@ $$S(a, c, k) = \frac{1 - a^{k+1}}{(1 - a)(k\,c + 1)}$$
 
 A longer draft helps only while $a$ is high and $c$ low. Predictable text (JSON, code edits, copying from the prompt)
 has high $a$; creative text sampled at temperature 1 has low $a$, and speculation can then be slower than plain decoding.
-On a CPU one more caveat applies: a pass over $k+1$ tokens costs somewhat more than a pass over one, which the formula ignores.
+The formula assumes verifying $k$ tokens costs one ordinary pass. On a GPU that is nearly true; on a CPU a pass over
+$k+1$ tokens costs more, by a factor $T(k+1)/T(1)$ that this app measures on the machine it runs on (below), so
+
+$$S(a, c, k) = \frac{E[\text{tokens per pass}]}{T(k+1)/T(1) + k\,c}$$
+
+The chart shows both: the ideal, and the same $a$, $c$, $k$ with this machine's measured cost curve.
 Move the sliders, then compare with the star: the speedup measured in your last race, at its measured $a$ and $c$.
 """
+
+MACHINE_INTRO = """### This machine's costs
+Every cost here is measured on the machine the app runs on, when a model first loads (a few seconds, then cached
+per CPU model, instruction set, thread count and library versions): which matrix kernels are fastest, what a
+target pass over $n$ tokens costs against one token, and one draft pass of each drafter ($c$). Adaptive $k$ plans
+with the same curve. Numbers from another machine would be wrong here: CPUs with AVX-512 BF16 run bfloat16
+through oneDNN, AVX2-only CPUs cannot, and wider passes cost more on some CPUs than on others."""
 
 STEP_INTRO = """### One step, taken apart
 Replays the real steps of your last race: what the draft proposed, the target's probability for each token,
@@ -63,7 +75,7 @@ HEAD_INTRO = """### The embedded model's draft: an EAGLE head trained here
 No small model of SmolLM2-135M's family exists, so its default draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
-frequent tokens. It costs about a twentieth of a target pass. It was trained on the target's own answers to a few
+frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to a few
 thousand generated prompts (`python -m specdec_core.train_draft`); the curve shows how often its guess equals the
 target's greedy choice, per draft position, on **held-out prompts about topics it never saw**."""
 

@@ -32,7 +32,9 @@ from specdec_core import (
     speculative,
     stop_token_ids,
 )
-from specdec_core.models import DRAFT_LABELS, PRESETS
+from specdec_core.machine import this_machine
+from specdec_core.models import DRAFT_LABELS, DRAFT_NGRAM, PRESETS, default_dtype, default_target
+from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
 
 from . import charts, views
 from .limits import MAX_K, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RUN_SECONDS
@@ -103,10 +105,44 @@ def _check_prompt(prompt: str) -> str:
 
 
 def drafter_choices(target: str) -> gr.Dropdown:
-    """The drafters that fit the chosen target preset (any model id may still be typed)."""
+    """The drafters that fit the chosen target preset (any model id may still be typed), labelled with
+    their cost c as measured on this machine once loaded."""
     preset = next((p for p in PRESETS if p.target == target), None)
     drafts = preset.drafts if preset else tuple(DRAFT_LABELS)
-    return gr.Dropdown(choices=[(DRAFT_LABELS.get(d, f"draft model: {d}"), d) for d in drafts], value=drafts[0])
+    return gr.Dropdown(choices=[(drafter_label(target, d), d) for d in drafts], value=drafts[0])
+
+
+def drafter_label(target: str, drafter: str) -> str:
+    label = DRAFT_LABELS.get(drafter, f"draft model: {drafter}")
+    if drafter == DRAFT_NGRAM:
+        return label
+    c = measured_cost_ratio(target, default_dtype(), drafter)
+    return f"{label}; c = {c:.2f} here" if c is not None else f"{label}; c measured at first use"
+
+
+def machine_view(last: dict | None) -> tuple[str, object]:
+    """This machine's measured costs for the last race's target (or the default): kernels, the
+    verification cost curve, each drafter's c."""
+    target = last["target"] if last else default_target()
+    tuning = tuning_of(target, default_dtype())
+    if tuning is None:
+        return (f"**{this_machine().kind}.** Costs are measured when `{target}` first loads on this machine "
+                "(a few seconds, then cached): run a race, then come back."), gr.skip()
+    curve = tuning.curve
+    lines = [
+        f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
+        f"- target linears: {tuning.kernels.describe()}",
+        f"- one target pass: {1000 * curve.seconds[0]:.1f} ms for 1 token; T(5)/T(1) = {curve.ratio(5):.2f}, "
+        f"T(9)/T(1) = {curve.ratio(9):.2f}, T(17)/T(1) = {curve.ratio(17):.2f}",
+    ]
+    preset = next((p for p in PRESETS if p.target == target), None)
+    for drafter in preset.drafts if preset else ():
+        measured = draft_pass(target, drafter)
+        if measured is not None:
+            seconds, how = measured
+            lines.append(f"- {DRAFT_LABELS.get(drafter, drafter)}: {1000 * seconds:.2f} ms per draft pass ({how}), "
+                         f"c = {seconds / curve.seconds[0]:.3f}")
+    return "\n".join(lines), charts.cost_curve_figure(curve)
 
 
 def _prepare(settings: RaceSettings, prompt: str):
@@ -313,7 +349,9 @@ def run_sweep(prompt: str, target: str, drafter: str, max_new_tokens: float) -> 
 
 
 def theory_view(a: float, c: float, k: float, last: dict | None):
-    return charts.theory_figure(float(a), float(c), int(k), last["race"] if last else None)
+    target = last["target"] if last else default_target()
+    tuning = tuning_of(target, default_dtype())
+    return charts.theory_figure(float(a), float(c), int(k), last["race"] if last else None, tuning.curve if tuning else None)
 
 
 def measured_values(last: dict | None):

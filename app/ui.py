@@ -11,7 +11,7 @@ from specdec_core.sources import public_mode, public_parameter_bound
 
 from . import handlers, limits, views
 from . import charts
-from .explainer import HEAD_INTRO, HEADLINES, INTRO, STEP_INTRO, head_learning_curve
+from .explainer import HEAD_INTRO, HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, head_learning_curve
 from .workloads import CUSTOM, builtin_sets, race_presets
 from .zerogpu import gpu_handler
 
@@ -35,6 +35,8 @@ def build_ui() -> gr.Blocks:
                 _workload_tab(race)
             with gr.Tab("Explainer", id="explainer") as explainer_tab:
                 _explainer_tab(last_race, explainer_tab)
+        # The drafter labels carry each drafter's c once measured here: a page opened after the warm-up shows it.
+        demo.load(handlers.drafter_choices, race["target"], race["drafter"], api_visibility="private")
     return demo
 
 
@@ -60,8 +62,9 @@ def _race_tab(last_race: gr.State) -> dict:
             drafter = handlers.drafter_choices(default_target())
             drafter.label, drafter.allow_custom_value = "Drafter", True
             drafter.info = (
-                "Must share the target's tokenizer. The EAGLE head is a small draft trained here for the embedded model; "
-                "the bfloat16 copy agrees almost always; early exit is a deliberately bad draft."
+                "Must share the target's tokenizer. c: one draft pass over one target pass, measured on this machine. "
+                "The EAGLE head is a small draft trained here for the embedded model; the bfloat16 copy agrees almost "
+                "always; early exit is a deliberately bad draft."
             )
             with gr.Row():
                 k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
@@ -176,6 +179,9 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
         with gr.Column(scale=2):
             theory = gr.Plot(label="Expected speedup vs k", elem_id="theory-chart")
     gr.Markdown(HEADLINES)
+    gr.Markdown(MACHINE_INTRO, latex_delimiters=LATEX)
+    machine = gr.Markdown(elem_id="machine-costs")
+    cost_plot = gr.Plot(label="Verification cost curve, measured here", elem_id="cost-curve")
     curve = head_learning_curve()
     if curve:
         gr.Markdown(HEAD_INTRO)
@@ -195,7 +201,9 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     )
     tab.select(handlers.step_slider, last_race, step, api_visibility="private").then(
         handlers.step_view, [step, last_race], step_html, api_visibility="private"
-    ).then(handlers.theory_view, sliders + [last_race], theory, api_visibility="private")
+    ).then(handlers.theory_view, sliders + [last_race], theory, api_visibility="private").then(
+        handlers.machine_view, last_race, [machine, cost_plot], api_visibility="private"
+    )
     step.change(handlers.step_view, [step, last_race], step_html, api_visibility="private", show_progress="hidden")
     previous.click(lambda i: max(1, int(i) - 1), step, step, api_visibility="private")
     following.click(lambda i: int(i) + 1, step, step, api_visibility="private")

@@ -2,6 +2,7 @@
 
     python -m specdec_core.bench [--repeats 3] [--tokens 64] [--k 3] [--head-k 4] [--prompts 2] [--out bench-results]
     python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
+    python -m specdec_core.bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
 
 The prompts are the held-out split of the draft head's training prompts (draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .cpu_kernels import force_avx2_path
 from .config import DraftConfig, GenerationConfig, SamplingConfig
 from .draft_data import TrainingPrompt, sample_prompts
 from .engine import autoregressive, speculative
@@ -45,6 +47,8 @@ from .models import (
 from .prompts import encode_prompt, stop_token_ids
 from .stats import generated_tokens, per_position_acceptance
 from .theory import expected_speedup
+from .machine import this_machine
+from .tuning import draft_pass, measured_cost_ratio, tuning_of
 
 
 
@@ -135,6 +139,68 @@ def drafter_table(args) -> None:
                 print(f"{workload + ' / ' + item.text[:12]:22s} {spec:24s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
 
 
+def cost_report(args) -> dict:
+    """What this machine's costs make of the head: c of each drafter (at load and in the loop), the
+    verification cost curve, and the head's speedup at each k and with adaptive k on held-out prompts."""
+    target = load_model(EMBEDDED_ID)
+    stops = stop_token_ids(target.tokenizer, target.model)
+    tuning = tuning_of(EMBEDDED_ID, torch.float32)
+    curve = tuning.curve
+    specs = (DRAFT_EAGLE, DRAFT_BF16, DRAFT_EARLY_EXIT)
+    for spec in specs:
+        make_drafter(spec, target)  # loads and measures each once, outside the timed runs
+    report = {
+        "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
+        "target_kernels": tuning.kernels.describe(), "verify_ratio": curve.ratios,
+        "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9), "T1_ms": 1000 * curve.seconds[0],
+        "c_at_load": {spec: measured_cost_ratio(EMBEDDED_ID, torch.float32, spec) for spec in specs},
+        "draft_kernels": {spec: draft_pass(EMBEDDED_ID, spec)[1] for spec in specs},
+        "prompts": [],
+    }
+    head = lambda: make_drafter(DRAFT_EAGLE, target)  # noqa: E731
+    ks = range(1, args.max_k + 1)
+    for workload, item in bench_prompts(args.prompts):
+        prompt = encode_prompt(target.tokenizer, item.text)
+        m, n = target.model, args.tokens
+        methods = {"plain": ours(m, prompt, n, stops)}
+        methods |= {f"head k={k}": ours(m, prompt, n, stops, head, DraftConfig(k=k)) for k in ks}
+        methods["head adaptive"] = ours(m, prompt, n, stops, head, DraftConfig(k=args.head_k, adaptive=True))
+        methods["bf16 k=3"] = ours(m, prompt, n, stops, lambda: make_drafter(DRAFT_BF16, target), DraftConfig(k=3))
+        timings, outputs = measure(methods, args.repeats)
+        plain = timings["plain"]
+        plain_step = statistics.median(plain.step_seconds)
+        row = {"workload": workload, "prompt": item.text, "methods": {}}
+        for name, t in timings.items():
+            row["methods"][name] = {
+                "speedup": paired_ratio(t.rates, plain.rates), "tokens_per_pass": t.mean_accepted_length,
+                "c_in_loop": statistics.median(t.draft_pass_seconds) / plain_step if t.draft_pass_seconds else None,
+                "identical": outputs[name] == outputs["plain"],
+            }
+        report["prompts"].append(row)
+        print(f"[{workload}] {item.text[:60]!r}: " + ", ".join(
+            f"{name} {v['speedup']:.2f}x" for name, v in row["methods"].items() if name != "plain"), flush=True)
+    report["summary"] = cost_summary(report["prompts"], [f"head k={k}" for k in ks])
+    return report
+
+
+def cost_summary(rows: list[dict], fixed: list[str]) -> dict:
+    """Mean over prompts per method; the head's best fixed k; adaptive against plain and the best k per prompt."""
+    def mean(method: str, field: str) -> float:
+        return statistics.mean(r["methods"][method][field] for r in rows)
+
+    best = max(fixed, key=lambda name: mean(name, "speedup"))
+    return {
+        "mean_speedup": {name: mean(name, "speedup") for name in rows[0]["methods"] if name != "plain"},
+        "mean_tokens_per_pass": {name: mean(name, "tokens_per_pass") for name in fixed + ["head adaptive"]},
+        "head_c_in_loop": statistics.median(r["methods"][best]["c_in_loop"] for r in rows),
+        "bf16_c_in_loop": statistics.median(r["methods"]["bf16 k=3"]["c_in_loop"] for r in rows),
+        "head_best_k": best,
+        "adaptive_worst_vs_plain": min(r["methods"]["head adaptive"]["speedup"] for r in rows),
+        "adaptive_worst_vs_best_k": min(r["methods"]["head adaptive"]["speedup"] / r["methods"][best]["speedup"] for r in rows),
+        "all_identical": all(v["identical"] for r in rows for v in r["methods"].values()),
+    }
+
+
 def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
     timings = {name: Timing() for name in methods}
     outputs: dict[str, list[int]] = {}
@@ -175,10 +241,17 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2, help="prompts per workload")
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--drafters", action="store_true", help="only the per-drafter table (acceptance, speedup)")
+    parser.add_argument("--costs", action="store_true", help="only this machine's costs: c, T(n)/T(1), the head at each k")
+    parser.add_argument("--max-k", type=int, default=6, help="--costs: the head is run at k = 1..max-k")
+    parser.add_argument("--force-avx2", action="store_true", help="run as on a CPU without AVX-512 (no oneDNN bfloat16)")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    force_avx2_path(args.force_avx2)
     if args.drafters:
         drafter_table(args)
+        return
+    if args.costs:
+        write_report(cost_report(args), args.out, "costs")
         return
 
     target = load_model(EMBEDDED_ID)
@@ -189,8 +262,8 @@ def main() -> None:
     stock_target = load_stock(EMBEDDED_ID, torch.float32)
     bf16_draft = reduced_copy(EMBEDDED_ID, torch.bfloat16)
     stock_bf16_draft = load_stock(EMBEDDED_ID, torch.bfloat16)
-    report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": platform.platform(),
-                    "torch_threads": torch.get_num_threads(), "args": vars(args), "prompts": []}
+    report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(),
+                    "platform": platform.platform(), "args": vars(args), "prompts": []}
     k = args.k
     fixed, adaptive = DraftConfig(k=k), DraftConfig(k=k, adaptive=True)
     head_fixed, head_adaptive = DraftConfig(k=args.head_k), DraftConfig(k=args.head_k, adaptive=True)
@@ -231,10 +304,16 @@ def main() -> None:
     report["summary"] = summarize_report(report["prompts"])
     report["peak_rss_mib"] = peak_rss_mib()
     print_summary(report["summary"], report["peak_rss_mib"])
-    out = Path(args.out)
+    write_report(report, args.out, "bench")
+
+
+def write_report(report: dict, folder: str, kind: str) -> None:
+    out = Path(folder)
     out.mkdir(exist_ok=True)
-    path = out / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
+    path = out / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps(report, indent=2))
+    if kind == "costs":
+        print(json.dumps({k: report[k] for k in ("machine", "target_kernels", "T1_ms", "T5/T1", "T9/T1", "c_at_load", "draft_kernels", "summary")}, indent=1))
     print(f"\nwrote {path}")
 
 

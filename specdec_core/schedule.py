@@ -13,6 +13,7 @@ from typing import Protocol
 from .config import DraftConfig
 from .events import PlainStep, Step
 from .theory import expected_tokens_per_step
+from .tuning import CostCurve
 
 
 ADAPTIVE_LONGEST = 16  # drafts that always agree (self-drafts) want long k; the cost model stops it there
@@ -43,8 +44,10 @@ class AdaptiveDraftLength:
     expected tokens(a, k) = (1 - a^(k+1)) / (1 - a)  (Leviathan et al. 2022)
     expected seconds(k)   = k * draft pass time + target pass time over k + 1 tokens
 
-    Target pass times not measured yet are taken as the cheapest one measured, an optimistic
-    guess that makes each k get tried. At k = 0 the draft is not run at all, which is what
+    Target pass times come from this machine's verification cost curve (tuning.py, measured at
+    load) scaled by the passes of this run. Without a curve (a model loaded some other way), a pass
+    width not measured yet is taken as the cheapest one measured, an optimistic guess that makes
+    each k get tried. At k = 0 the draft is not run at all, which is what
     protects creative text; after `probe_wait` plain steps one token is drafted again to see
     whether the text turned predictable, and each failed probe doubles the wait.
     """
@@ -54,9 +57,11 @@ class AdaptiveDraftLength:
     FIRST_PROBE_WAIT = 4
     LONGEST_PROBE_WAIT = 64
 
-    def __init__(self, start: int, longest: int) -> None:
+    def __init__(self, start: int, longest: int, verify_costs: CostCurve | None = None) -> None:
         self.k = start
         self.longest = longest
+        self._curve = verify_costs
+        self._single_pass_seconds: float | None = None  # T(1) of this run, from passes of any width via the curve
         self._judged = 0.0  # draft tokens the target ruled on: the accepted ones plus the first rejected
         self._accepted = 0.0
         self._draft_pass_seconds: float | None = None
@@ -105,10 +110,8 @@ class AdaptiveDraftLength:
     def _best_k(self) -> int:
         if not self._target_pass_seconds or self._draft_pass_seconds is None:
             return self.k
-        cheapest = min(self._target_pass_seconds.values())
-
         def tokens_per_second(k: int) -> float:
-            seconds = k * self._draft_pass_seconds + self._target_pass_seconds.get(k + 1, cheapest)
+            seconds = k * self._draft_pass_seconds + self._target_seconds(k + 1)
             return expected_tokens_per_step(self.acceptance_rate, k) / seconds
 
         rates = [tokens_per_second(k) for k in range(self.longest + 1)]
@@ -120,14 +123,21 @@ class AdaptiveDraftLength:
         # not at the geometric model's even rate, so a long draft risks more than it expects to win.
         return next(k for k, rate in enumerate(rates) if rate * self.MIN_GAIN >= best)
 
+    def _target_seconds(self, tokens: int) -> float:
+        if self._curve is not None:
+            return self._single_pass_seconds * self._curve.ratio(tokens)
+        return self._target_pass_seconds.get(tokens, min(self._target_pass_seconds.values()))
+
     def _learn_target_cost(self, tokens: int, seconds: float) -> None:
         self._target_pass_seconds[tokens] = self._ema(self._target_pass_seconds.get(tokens), seconds)
+        if self._curve is not None:
+            self._single_pass_seconds = self._ema(self._single_pass_seconds, seconds / self._curve.ratio(tokens))
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else self.DECAY * old + (1 - self.DECAY) * new
 
 
-def make_schedule(config: DraftConfig) -> DraftLength:
+def make_schedule(config: DraftConfig, verify_costs: CostCurve | None = None) -> DraftLength:
     if config.adaptive:
-        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST))
+        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), verify_costs=verify_costs)
     return FixedDraftLength(config.k)

@@ -36,6 +36,11 @@ MEMORY_FACTOR = 1.3
 RESERVE_BYTES = 768 * 2**20  # left for the app, the tokenizer, activations and KV caches
 
 
+def cache_dir() -> Path:
+    """Where converted models, measured costs and generated training data live (never in the repository)."""
+    return Path(os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
     """Arguments for from_pretrained: where to read, and how."""

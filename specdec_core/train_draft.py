@@ -34,7 +34,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from .draft_data import Sequence, generate_batch, generate_shards, load_sequences, sample_prompts
 from .eagle import EagleHead, HeadConfig, load_head, save_head
-from .models import EMBEDDED_ID, cache_dir, load_model
+from .models import EMBEDDED_ID, load_model
+from .sources import cache_dir
 from .prompts import stop_token_ids
 
 HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "eagle-smollm2-135m"

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
+# Measured costs go to a fresh folder, shared with the app processes the tests start: tests never read
+# timings another machine left (the converted embedded model stays in the usual cache: it is the same anywhere).
+os.environ.setdefault("SPECDEC_TUNING_DIR", tempfile.mkdtemp(prefix="specdec-tuning-"))
 
 import pytest
 import torch
@@ -36,6 +40,18 @@ def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 2
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
     return speed_up_linears(model)
+
+
+@pytest.fixture(params=["native", "avx2"])
+def cpu_path(request):
+    """Runs a test on this CPU's own kernel path and on that of a CPU without AVX-512 (no oneDNN
+    bfloat16), so that one machine tests both. On an AVX2-only machine the two are the same path."""
+    from specdec_core.cpu_kernels import avx2_forced, force_avx2_path
+
+    before = avx2_forced()
+    force_avx2_path(request.param == "avx2")
+    yield request.param
+    force_avx2_path(before)
 
 
 @pytest.fixture(scope="session")

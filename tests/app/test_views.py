@@ -5,6 +5,9 @@ import re
 import plotly.graph_objects as go
 import pytest
 
+from specdec_core import expected_speedup
+from specdec_core.tuning import CostCurve
+
 from app import charts, views
 from app.race import PLAIN, SPEC, Race, interleave
 from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, autoregressive, speculative
@@ -93,6 +96,22 @@ def test_sampling_race_makes_no_identity_claim(target_model, draft_model, text):
 
 
 def test_theory_chart_plots_the_measured_point(race):
-    fig = charts.theory_figure(0.8, 0.2, 4, race)
+    fig = charts.theory_figure(0.8, 0.2, 4, race, None)
     stars = [t for t in fig.data if t.marker and t.marker.symbol == "star"]
     assert stars and stars[0].y[0] == pytest.approx(race.speedup)
+    assert len(fig.data) == 4  # ideal line, your k, last race's line, the star: no curve line without a curve
+
+
+def test_theory_chart_with_a_measured_cost_curve_lies_below_the_ideal(race):
+    curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
+    fig = charts.theory_figure(0.8, 0.2, 4, race, curve)
+    ideal, measured = fig.data[0], fig.data[1]
+    assert measured.y[0] == pytest.approx(ideal.y[0])  # k = 0: plain decoding either way
+    assert all(m < i for m, i in zip(measured.y[1:], ideal.y[1:]))
+    assert measured.y[4] == pytest.approx(expected_speedup(0.8, 4, 0.2, curve.ratio(5)))
+
+
+def test_cost_curve_chart_plots_every_width():
+    curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
+    fig = charts.cost_curve_figure(curve)
+    assert list(fig.data[0].x) == list(range(1, 18)) and fig.data[0].y[0] == 1.0

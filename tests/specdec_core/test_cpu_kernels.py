@@ -1,11 +1,22 @@
-"""The prepacked CPU linears compute what nn.Linear computes, and never use a stale packed weight."""
+"""The CPU linears compute what nn.Linear computes on both kernel paths (AVX-512 with oneDNN
+bfloat16, and without), never use a stale packed weight, and never compute with a released one."""
 
 import copy
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from specdec_core.cpu_kernels import onednn_supports, speed_up_linears
+from specdec_core.cpu_kernels import (
+    PACKED,
+    STOCK,
+    KernelPlan,
+    onednn_supports,
+    quantize_linears_int8,
+    release_dense_weights,
+    set_kernel_plan,
+    speed_up_linears,
+)
 
 
 def linear(bias: bool = True) -> torch.nn.Linear:
@@ -13,17 +24,37 @@ def linear(bias: bool = True) -> torch.nn.Linear:
     return torch.nn.Linear(24, 40, bias=bias)
 
 
+def tiny_tied_llama() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+IDS = torch.tensor([[1, 5, 7, 3, 9]])
+
+
 @pytest.mark.parametrize("rows", [1, 2, 5, 17, 80])
 @pytest.mark.parametrize("bias", [True, False])
-def test_patched_linear_matches_stock(rows, bias):
+@pytest.mark.parametrize("plan", [KernelPlan(), KernelPlan(STOCK, STOCK), KernelPlan(PACKED, STOCK), KernelPlan(STOCK, PACKED)])
+def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     stock = linear(bias)
-    patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))[0]
+    patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
+    set_kernel_plan(patched, plan)
     x = torch.randn(1, rows, 24)
-    assert "forward" in patched.__dict__
+    assert "forward" in patched[0].__dict__
     torch.testing.assert_close(patched(x), stock(x))
 
 
-def test_packed_weight_follows_weight_changes():
+def test_forced_avx2_path_turns_off_onednn_bfloat16_only(cpu_path):
+    assert onednn_supports(torch.float32) == torch.backends.mkldnn.is_available()
+    if cpu_path == "avx2":
+        assert not onednn_supports(torch.bfloat16)
+    else:
+        assert onednn_supports(torch.bfloat16) == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def test_packed_weight_follows_weight_changes(cpu_path):
     module = speed_up_linears(torch.nn.Sequential(linear()))[0]
     x = torch.randn(3, 24)
     module(x)  # packs
@@ -43,23 +74,39 @@ def test_unsupported_dtype_falls_back_to_stock():
     torch.testing.assert_close(module(x), torch.nn.functional.linear(x, module.weight, module.bias))
 
 
-def test_released_dense_weights_keep_outputs_and_tied_weights():
-    """Packing then releasing the dense copies changes no output; the tied lm_head stays readable."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from specdec_core.cpu_kernels import release_dense_weights
-
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-    model = LlamaForCausalLM(config).eval()
-    ids = torch.tensor([[1, 5, 7, 3, 9]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_released_dense_weights_keep_outputs_and_tied_weights(dtype, cpu_path):
+    """Packing then releasing the dense copies changes no output; the tied lm_head stays readable;
+    a released weight cast to another dtype is refused the same way on every CPU, never computed on."""
+    model = tiny_tied_llama().to(dtype)
     with torch.no_grad():
-        before = model(ids).logits
+        before = model(IDS).logits
         release_dense_weights(speed_up_linears(model))
-        after = model(ids).logits
-    assert torch.allclose(before, after, atol=1e-4)
-    assert model.model.layers[0].mlp.up_proj.weight.is_meta  # released: only the packed copy is left
+        after = model(IDS).logits
+    torch.testing.assert_close(before, after, atol=1e-4 if dtype == torch.float32 else 5e-2, rtol=1e-2)
+    released = onednn_supports(dtype)  # only what oneDNN holds packed can be released
+    assert model.model.layers[0].mlp.up_proj.weight.is_meta == released
     assert not model.lm_head.weight.is_meta and model.lm_head.weight is model.model.embed_tokens.weight
-    with pytest.raises(RuntimeError, match="released"):
-        model.bfloat16()(ids)
+    if released:
+        other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+        with pytest.raises(RuntimeError, match="released"):
+            model.to(other)(IDS)
+
+
+def test_a_plan_that_reads_dense_weights_keeps_them(cpu_path):
+    model = speed_up_linears(tiny_tied_llama())
+    set_kernel_plan(model, KernelPlan(PACKED, STOCK))
+    with torch.no_grad():
+        before = model(IDS).logits
+        release_dense_weights(model)
+        assert not model.model.layers[0].mlp.up_proj.weight.is_meta
+        torch.testing.assert_close(model(IDS).logits, before)
+
+
+def test_int8_linears_stay_close_to_float32():
+    stock = torch.nn.Sequential(linear())
+    quantized = quantize_linears_int8(copy.deepcopy(stock))
+    assert type(quantized[0]) is not torch.nn.Linear
+    x = torch.randn(5, 24)
+    error = (quantized(x) - stock(x)).abs().max() / stock(x).abs().max()
+    assert 0 < error < 0.05  # rounded, so not identical, but close: a draft's guesses barely change

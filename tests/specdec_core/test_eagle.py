@@ -8,10 +8,11 @@ import torch
 import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
-from specdec_core.cpu_kernels import onednn_supports
+from specdec_core.cpu_kernels import PACKED
 from specdec_core.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
+from specdec_core.models import HEAD_VARIANTS, _fast_head, _head_variant, head_variants
 from specdec_core.sampling import Sampler
 from tests.conftest import tiny_llama
 from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_marginals
@@ -49,20 +50,33 @@ def test_greedy_head_drafts_equal_plain_and_generate(target, head, k, adaptive):
     assert generated_tokens(events) == plain
 
 
-def test_fast_head_in_bfloat16_with_packed_rows_stays_lossless(target, head, tmp_path):
-    """The app's head: bfloat16 where oneDNN runs it, packed linears, dense copies released."""
-    from specdec_core.models import _fast_head
-
+def test_every_head_variant_stays_lossless(target, head, tmp_path, cpu_path):
+    """Each precision and kernel the tuner may pick on this path: greedy output identical to plain decoding."""
     save_head(head, tmp_path / "head")
-    fast = _fast_head(tmp_path / "head", target)
-    if onednn_supports(torch.bfloat16):
-        assert fast.feature_scale.dtype == fast.draft_lm_head.weight.dtype == torch.bfloat16
-        assert fast.draft_lm_head.weight.is_meta and fast.fc.weight.is_meta  # only packed copies kept
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
-    events = list(speculative(target, EagleDrafter(fast), PROMPT, config, DraftConfig(k=4)))
-    assert generated_tokens(events) == plain
-    assert events[-1].summary.drafted > 0
+    assert len(head_variants()) == len(HEAD_VARIANTS) - (cpu_path == "avx2" or not torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    for variant in head_variants():
+        fast = _head_variant(tmp_path / "head", target, variant)
+        dtype, kernel = HEAD_VARIANTS[variant]
+        assert fast.feature_scale.dtype == dtype
+        if kernel == PACKED:
+            assert fast.draft_lm_head[0].weight.is_meta and fast.fc.weight.is_meta  # only packed copies kept
+        events = list(speculative(target, EagleDrafter(fast), PROMPT, config, DraftConfig(k=4)))
+        assert generated_tokens(events) == plain, variant
+        assert events[-1].summary.drafted > 0
+
+
+def test_the_tuned_head_is_the_fastest_variant_and_its_cost_is_recorded(target, head, tmp_path, monkeypatch, cpu_path):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path / "tuning"))
+    save_head(head, tmp_path / "head")
+    fast = _fast_head(tmp_path / "head", target, "tiny-target")
+    [saved] = list((tmp_path / "tuning").glob("EAGLE-head-*.json"))
+    seconds = json.loads(saved.read_text())["result"]
+    assert set(seconds) == set(head_variants())
+    dtype, _ = HEAD_VARIANTS[min(seconds, key=seconds.get)]
+    assert fast.feature_scale.dtype == dtype
+    assert ("bfloat16 packed" in seconds) == (cpu_path == "native" and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def test_head_drafts_are_both_accepted_and_rejected(target):

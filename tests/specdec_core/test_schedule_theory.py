@@ -5,6 +5,7 @@ import pytest
 from specdec_core import expected_speedup, expected_tokens_per_step
 from specdec_core.events import PlainStep, SpecStep
 from specdec_core.schedule import AdaptiveDraftLength
+from specdec_core.tuning import CostCurve
 
 
 def test_expected_tokens_limits():
@@ -60,3 +61,13 @@ def test_adaptive_stops_drafting_when_everything_is_rejected_and_probes_rarely()
     probes = [i for i, k in enumerate(lengths) if k]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and len(probes) >= 2  # each failed probe waits longer
+
+
+def test_adaptive_reads_the_machines_verification_cost_curve():
+    """The same acceptance and draft costs: where wide passes cost little (a GPU), k grows; where
+    they cost a lot (a 2-core CPU), the curve keeps k short."""
+    flat = CostCurve(tuple(0.05 for _ in range(17)))
+    steep = CostCurve(tuple(0.05 * (1 + 0.25 * n) for n in range(17)))
+    k_flat = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=flat), 0.004)
+    k_steep = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=steep), 0.004)
+    assert k_steep < k_flat

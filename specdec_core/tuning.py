@@ -1,0 +1,277 @@
+"""Costs measured on the machine that runs: the kernels to use, and what a target pass over n tokens costs.
+
+Which kernel is fastest differs between CPUs (oneDNN's bfloat16 needs AVX-512; MKL's float32 is
+slow for 2-9 rows on some CPUs and not on others), and speculation's gain depends on the
+verification cost curve T(n) / T(1). So both are timed at load, on the shapes a run uses, and
+kept on disk per machine (machine.py: CPU model, ISA flags, threads, library versions): the first
+start on a machine pays a few seconds, later starts read a file. The choice is logged with its
+timings. Nothing here changes what a model computes beyond its kernels' rounding: the target
+stays float32 on a CPU; a draft may take any precision, since verification keeps the output exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from .cpu_kernels import PACKED, STOCK, KernelPlan, onednn_supports, set_kernel_plan
+from .machine import this_machine
+from .sources import cache_dir
+
+log = logging.getLogger(__name__)
+
+LONGEST_VERIFICATION = 17  # the cost curve covers passes of 1..17 tokens (k up to 16)
+CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of an answer
+REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
+
+
+@dataclass(frozen=True, slots=True)
+class CostCurve:
+    """seconds[n - 1]: one target pass over n new tokens with CONTEXT_TOKENS cached (medians)."""
+
+    seconds: tuple[float, ...]
+
+    def ratio(self, tokens: int) -> float:
+        """T(n) / T(1); beyond the measured widths, the widest (an underestimate, stated in the UI)."""
+        return self.seconds[min(max(tokens, 1), len(self.seconds)) - 1] / self.seconds[0]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [self.ratio(n) for n in range(1, len(self.seconds) + 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One measured decision: every candidate's median seconds and the one kept."""
+
+    part: str
+    chosen: str
+    seconds: dict[str, float]
+    note: str = ""
+
+    def describe(self) -> str:
+        timings = ", ".join(f"{name} {1000 * s:.2f} ms" for name, s in sorted(self.seconds.items(), key=lambda kv: kv[1]))
+        return f"{self.part}: {self.chosen} ({timings}){'; ' + self.note if self.note else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetTuning:
+    plan: KernelPlan
+    kernels: Choice
+    curve: CostCurve
+
+
+# loaded model -> what was measured for it (the engine's adaptive k reads it); the same by (source, dtype)
+# for the app, which knows models by their source
+_tunings: weakref.WeakKeyDictionary[PreTrainedModel, TargetTuning] = weakref.WeakKeyDictionary()
+_tunings_by_source: dict[tuple[str, str], TargetTuning] = {}
+# (target source, drafter spec) -> one draft pass, measured at load, and how the drafter runs
+_draft_passes: dict[tuple[str, str], tuple[float, str]] = {}
+
+
+def cost_curve(model: PreTrainedModel) -> CostCurve | None:
+    """The measured verification cost curve of a loaded target; None where none was measured (tests' tiny models)."""
+    tuning = _tunings.get(model)
+    return tuning.curve if tuning else None
+
+
+def tuning_of(source: str, dtype: torch.dtype) -> TargetTuning | None:
+    """What was measured when the model from source was loaded in dtype; None if it is not loaded yet."""
+    return _tunings_by_source.get((source, str(dtype)))
+
+
+def record_draft_pass(target_source: str, drafter: str, seconds: float, how: str = "") -> None:
+    _draft_passes[(target_source, drafter)] = (seconds, how)
+
+
+def draft_pass(target_source: str, drafter: str) -> tuple[float, str] | None:
+    """(seconds of one draft pass, how the drafter runs) measured at load; None before."""
+    return _draft_passes.get((target_source, drafter))
+
+
+def measured_cost_ratio(target_source: str, target_dtype: torch.dtype, drafter: str) -> float | None:
+    """c measured at load: one draft pass over one single-token target pass; None before both were measured."""
+    target, draft = tuning_of(target_source, target_dtype), draft_pass(target_source, drafter)
+    return None if target is None or draft is None else draft[0] / target.curve.seconds[0]
+
+
+# ---- timing -----------------------------------------------------------------------------------------
+
+
+def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
+    """Median wall time of run() after one untimed call (first calls pay one-time set-up)."""
+    run()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def tuning_dir() -> Path:
+    return Path(os.environ.get("SPECDEC_TUNING_DIR", cache_dir() / "tuning"))
+
+
+def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict, bool]:
+    """measure()'s result, from disk when this machine measured the same thing before; (result, from_disk)."""
+    machine = this_machine()
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    path = tuning_dir() / f"{name}-{machine.key}-{digest}.json"
+    try:
+        return json.loads(path.read_text())["result"], True
+    except (OSError, ValueError, KeyError):
+        pass
+    result = measure()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(f".{os.getpid()}.tmp")
+    staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "result": result}, indent=1))
+    staging.replace(path)  # atomic: two processes measuring at once both leave a whole file
+    return result, False
+
+
+# ---- the target ---------------------------------------------------------------------------------------
+
+
+def tune_target(model: PreTrainedModel, name: str) -> TargetTuning:
+    """Picks packed or stock linears for 1 and for several tokens, then measures T(n) for n = 1..17 with them.
+
+    Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
+    dtype = next(model.parameters()).dtype
+    identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True)}
+
+    def measure() -> dict:
+        on_cpu = model.device.type == "cpu"
+        kernels = _time_kernels(model) if on_cpu and onednn_supports(dtype) else {}
+        plan = _plan_from(kernels)
+        set_kernel_plan(model, plan)
+        return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": _non_decreasing(_time_widths(model, range(1, LONGEST_VERIFICATION + 1), REPEATS))}
+
+    result, from_disk = cached("target", identity, measure)
+    plan = KernelPlan(*result["plan"])
+    set_kernel_plan(model, plan)
+    choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-17", result["kernels"],
+                    "read from the tuning cache" if from_disk else "measured now")
+    tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"])))
+    _tunings[model] = tuning
+    _tunings_by_source[(name, str(dtype))] = tuning
+    curve = tuning.curve
+    log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f", name, this_machine().kind,
+             choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17))
+    return tuning
+
+
+def _time_kernels(model: PreTrainedModel) -> dict[str, float]:
+    """Median seconds of a 1-token and a 5-token pass with each kernel everywhere."""
+    seconds = {}
+    for kernel in (PACKED, STOCK):
+        set_kernel_plan(model, KernelPlan(kernel, kernel))
+        for width, t in zip((1, 5), _time_widths(model, (1, 5), REPEATS + 2)):
+            seconds[f"{kernel} x{width}"] = t
+    return seconds
+
+
+def _plan_from(kernels: dict[str, float]) -> KernelPlan:
+    """The faster kernel per width; STOCK where nothing was timed (no oneDNN, or not a CPU)."""
+    def best(width: int) -> str:
+        timed = {k: kernels[f"{k} x{width}"] for k in (PACKED, STOCK) if f"{k} x{width}" in kernels}
+        return min(timed, key=timed.__getitem__) if timed else STOCK
+
+    return KernelPlan(best(1), best(5))
+
+
+@torch.inference_mode()
+def _time_widths(model: PreTrainedModel, widths, repeats: int) -> list[float]:
+    """Median seconds of one pass over n new tokens, per n in widths, behind CONTEXT_TOKENS cached ones."""
+    widths = list(widths)
+    cache = DynamicCache(config=model.config)
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    context = torch.randint(vocab, (1, CONTEXT_TOKENS), generator=generator, device=model.device)
+    model(input_ids=context, cache=cache, use_cache=True, logits_to_keep=1)
+    new = torch.randint(vocab, (1, max(widths)), generator=generator, device=model.device)
+
+    def one_pass(n: int) -> float:
+        started = time.perf_counter()
+        model(input_ids=new[:, :n], cache=cache, use_cache=True, logits_to_keep=n)
+        if new.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        cache.crop(-n)  # drop the n new tokens: every pass sees the same context
+        return seconds
+
+    for n in widths:  # warm-up: one-time kernel set-up per shape
+        one_pass(n)
+    times: dict[int, list[float]] = {n: [] for n in widths}
+    for _ in range(repeats):
+        for n in widths:
+            times[n].append(one_pass(n))
+    return [statistics.median(times[n]) for n in widths]
+
+
+def _non_decreasing(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators).
+
+    A pass over more tokens does no less work, so a dip in the medians is timing noise; this keeps
+    the noise from making k + 1 = 6 look cheaper than 5. Hand-written: ten lines, and the libraries
+    that have it (scikit-learn, scipy >= 1.12) are not runtime dependencies here."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for value in values:
+        blocks.append([value, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, count = blocks.pop()
+            blocks[-1] = [(blocks[-1][0] * blocks[-1][1] + mean * count) / (blocks[-1][1] + count), blocks[-1][1] + count]
+    return [mean for mean, count in blocks for _ in range(int(count))]
+
+
+# ---- drafts -------------------------------------------------------------------------------------------
+
+DRAFT_TOKENS = 4  # a timed draft: k = 4, the head's usual length
+
+
+def choose_fastest(part: str, identity: dict, builders: dict[str, Callable[[], object]],
+                   time_one: Callable[[object], float]) -> tuple[object, Choice]:
+    """Builds each candidate, times it with time_one, keeps the fastest (cached per machine), rebuilds it."""
+
+    def measure() -> dict:
+        return {name: time_one(build()) for name, build in builders.items()}
+
+    seconds, from_disk = cached(part.replace(" ", "-"), {**identity, "candidates": sorted(builders)}, measure)
+    chosen = min(seconds, key=seconds.__getitem__)
+    choice = Choice(part, chosen, seconds, "read from the tuning cache" if from_disk else "measured now")
+    log.info("%s on %s: %s", part, this_machine().kind, choice.describe())
+    return builders[chosen](), choice
+
+
+def head_draft_seconds(head) -> float:
+    """Median seconds of one draft pass of an EAGLE head (a DRAFT_TOKENS-token draft, divided)."""
+    from .config import SamplingConfig  # noqa: PLC0415  (eagle imports sampling; kept local to avoid a cycle at import)
+    from .eagle import EagleDrafter  # noqa: PLC0415
+    from .sampling import Sampler  # noqa: PLC0415
+
+    drafter = EagleDrafter(head)
+    features = torch.randn(CONTEXT_TOKENS + 64, head.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    vocab = head.config.vocab_size
+    context = [i % vocab for i in range(CONTEXT_TOKENS)]
+    sampler = Sampler(SamplingConfig())
+
+    def step() -> None:
+        """As in a run where the last draft was rejected: one new verified token, then a k-token draft."""
+        context.append((context[-1] + 1) % vocab)
+        newest = len(context) - 2  # the target has read up to here; the newest token comes with the next pass
+        drafter.observe_features(newest, features[newest : newest + 1])
+        drafter.propose(context, DRAFT_TOKENS, sampler)
+
+    drafter.observe_features(0, features[: CONTEXT_TOKENS - 1])
+    return median_seconds(step, repeats=9) / DRAFT_TOKENS

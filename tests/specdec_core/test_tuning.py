@@ -1,0 +1,66 @@
+"""Costs measured on the running machine: the kernel choice, the verification cost curve, their cache."""
+
+import json
+
+import pytest
+import torch
+
+from specdec_core import tuning
+from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
+from specdec_core.machine import ISA_FLAGS, this_machine
+from specdec_core.tuning import CostCurve, _non_decreasing, _plan_from, choose_fastest, cost_curve, tune_target
+from tests.conftest import tiny_llama
+
+
+def test_non_decreasing_fit_pools_dips_and_keeps_rising_values():
+    assert _non_decreasing([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    assert _non_decreasing([3.0, 1.0]) == [2.0, 2.0]
+    fitted = _non_decreasing([1.0, 1.3, 1.4, 1.2, 1.3, 1.1, 1.6])
+    assert fitted == sorted(fitted) and sum(fitted) == pytest.approx(8.9)  # least squares keeps the mean
+
+
+def test_cost_curve_ratios_start_at_one_and_clamp_past_the_widest():
+    curve = CostCurve((0.05, 0.06, 0.08))
+    assert curve.ratio(1) == 1.0 and curve.ratio(3) == pytest.approx(1.6) and curve.ratio(40) == curve.ratio(3)
+
+
+def test_plan_takes_the_faster_kernel_per_width():
+    timed = {"packed x1": 0.05, "stock x1": 0.06, "packed x5": 0.09, "stock x5": 0.07}
+    assert _plan_from(timed) == KernelPlan(PACKED, STOCK)
+    assert _plan_from({}) == KernelPlan(STOCK, STOCK)  # nothing timed: no oneDNN, or not a CPU
+
+
+def test_machine_names_its_isa_and_the_forced_path(cpu_path):
+    machine = this_machine()
+    assert set(machine.isa) <= set(ISA_FLAGS) and machine.threads == torch.get_num_threads()
+    assert machine.avx2_forced == (cpu_path == "avx2")
+    assert ("forced AVX2" in machine.kind) == (cpu_path == "avx2")
+
+
+def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
+    model = tiny_llama(seed=3)
+    first = tune_target(model, "tiny")
+    assert len(first.curve.seconds) == tuning.LONGEST_VERIFICATION
+    assert first.curve.ratio(1) == 1.0 and first.curve.ratios == sorted(first.curve.ratios)
+    assert first.kernels.note == "measured now" and set(first.kernels.seconds) == {"packed x1", "packed x5", "stock x1", "stock x5"}
+    assert cost_curve(model) is first.curve
+    [saved] = list(tmp_path.glob("target-*.json"))
+    assert json.loads(saved.read_text())["machine"]["avx2_forced"] == (cpu_path == "avx2")
+    again = tune_target(tiny_llama(seed=3), "tiny")
+    assert again.kernels.note == "read from the tuning cache" and again.curve == first.curve and again.plan == first.plan
+
+
+def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
+    seconds = {"slow": 0.3, "fast": 0.1, "middle": 0.2}
+    built: list[str] = []
+
+    def builder(name):
+        return lambda: built.append(name) or name
+
+    chosen, choice = choose_fastest("part", {"id": 1}, {n: builder(n) for n in seconds}, seconds.__getitem__)
+    assert chosen == "fast" and choice.seconds == seconds and choice.note == "measured now"
+    built.clear()
+    chosen, choice = choose_fastest("part", {"id": 1}, {n: builder(n) for n in seconds}, lambda _: pytest.fail("timed again"))
+    assert chosen == "fast" and built == ["fast"] and choice.note == "read from the tuning cache"
