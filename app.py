@@ -10,7 +10,7 @@ if importlib.util.find_spec("spaces"):  # on ZeroGPU it must be imported before 
 
 from app.ui import build_ui, launch  # noqa: E402
 from specdec_core import GenerationConfig, encode_prompt, load_model, make_drafter, speculative  # noqa: E402
-from specdec_core.models import PRESETS, default_target  # noqa: E402
+from app.presets import PRESETS, default_target  # noqa: E402
 
 
 def warm_default_models() -> None:

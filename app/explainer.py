@@ -3,8 +3,9 @@
 import json
 
 from specdec_core import expected_speedup
-from specdec_core.models import DRAFT_EAGLE, HEADS_DIR
-from specdec_core.train_draft import CURVE_NAME
+from specdec_core.drafters import DRAFT_EAGLE
+from specdec_core.drafters.eagle import CURVE_NAME
+from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, HEADS_DIR
 
 INTRO = r"""
 ### Why speculative decoding works
@@ -76,13 +77,13 @@ No small model of SmolLM2-135M's family exists, so its default draft is a learne
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
 frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to a few
-thousand generated prompts (`python -m specdec_core.train_draft`); the curve shows how often its guess equals the
+thousand generated prompts (`python -m training.train_head`); the curve shows how often its guess equals the
 target's greedy choice, per draft position, on **held-out prompts about topics it never saw**."""
 
 
 def head_learning_curve() -> list[dict]:
     """The shipped head's learning curve, or [] when no head has been trained."""
-    path = HEADS_DIR / DRAFT_EAGLE.removeprefix("eagle:") / CURVE_NAME
+    path = HEADS_DIR / DRAFT_EAGLE.removeprefix(DRAFT_EAGLE_PREFIX) / CURVE_NAME
     try:
         return json.loads(path.read_text())["curve"]
     except (OSError, ValueError, KeyError):

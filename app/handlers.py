@@ -33,11 +33,13 @@ from specdec_core import (
     stop_token_ids,
 )
 from specdec_core.machine import this_machine
-from specdec_core.models import DRAFT_LABELS, DRAFT_NGRAM, PRESETS, default_dtype, default_target
+from specdec_core.drafters import DRAFT_NGRAM
+from specdec_core.models import default_dtype
 from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
 
 from . import charts, views
-from .limits import MAX_K, MAX_NEW_TOKENS, MAX_PROMPT_CHARS, RUN_SECONDS
+from .presets import DRAFT_LABELS, PRESETS, default_target
+from .limits import MAX_K, MAX_NEW_TOKENS, RUN_SECONDS
 from .race import PLAIN, SPEC, Race, interleave
 from .workloads import select_prompts
 
@@ -97,13 +99,6 @@ def parse_settings(
     )
 
 
-def _check_prompt(prompt: str) -> str:
-    """The app's own, tighter length limit; emptiness is checked by encode_prompt."""
-    if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
-        raise SpecDecError(f"The prompt has {len(prompt):,} characters; the limit here is {MAX_PROMPT_CHARS:,}.")
-    return prompt
-
-
 def drafter_choices(target: str) -> gr.Dropdown:
     """The drafters that fit the chosen target preset (any model id may still be typed), labelled with
     their cost c as measured on this machine once loaded."""
@@ -147,7 +142,7 @@ def machine_view(last: dict | None) -> tuple[str, object]:
 
 def _prepare(settings: RaceSettings, prompt: str):
     target = load_model(settings.target)
-    prompt_ids = encode_prompt(target.tokenizer, _check_prompt(prompt))
+    prompt_ids = encode_prompt(target.tokenizer, prompt)
     return target, prompt_ids, stop_token_ids(target.tokenizer, target.model)
 
 

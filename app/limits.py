@@ -1,10 +1,10 @@
-"""Limits that protect a shared 2-vCPU Space. Each is shown in the UI where it applies."""
+"""Limits that protect a shared 2-vCPU Space. Each is shown in the UI where it applies; those of
+one run (tokens, prompt length) are the engine's own (specdec_core/limits.py)."""
 
 import os
 
+from specdec_core.limits import MAX_NEW_TOKENS, MAX_PROMPT_CHARS
 
-MAX_NEW_TOKENS = int(os.environ.get("SPECDEC_MAX_NEW_TOKENS", "256"))
-MAX_PROMPT_CHARS = int(os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "4000"))
 MAX_K = 16
 RUN_SECONDS = float(os.environ.get("SPECDEC_RUN_SECONDS", "90"))  # per decoder, per run
 MAX_WORKLOAD_PROMPTS = 12

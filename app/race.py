@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from specdec_core import Event, Finished, SpecStep, Summary, generated_tokens
 from specdec_core.events import Step
+from specdec_core.stats import cost_ratio, draft_pass_seconds, plain_step_seconds
 
 PLAIN = "plain"
 SPEC = "spec"
@@ -99,15 +100,8 @@ class Race:
 
     @property
     def cost_ratio(self) -> float | None:
-        """c: one draft pass over one plain target step, from this race's own timings.
-
-        The first step of each run also fills the caches with the prompt, so it is left out.
-        """
-        draft = [s.draft_seconds / s.draft_passes for s in self.spec_steps[1:] if s.draft_passes]
-        plain = [s.seconds for s in self.plain.steps[1:]]
-        if not draft or not plain:
-            return None
-        return (sum(draft) / len(draft)) / (sum(plain) / len(plain))
+        """c: one draft pass over one plain target step, from this race's own timings."""
+        return cost_ratio(draft_pass_seconds(self.spec.steps), plain_step_seconds(self.plain.steps))
 
     @property
     def identical(self) -> bool | None:

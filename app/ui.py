@@ -6,11 +6,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from specdec_core.models import PRESETS, default_target
 from specdec_core.sources import public_mode, public_parameter_bound
 
 from . import handlers, limits, views
 from . import charts
+from .presets import PRESETS, default_target
 from .explainer import HEAD_INTRO, HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, head_learning_curve
 from .workloads import CUSTOM, builtin_sets, race_presets
 from .zerogpu import gpu_handler

@@ -5,15 +5,27 @@
     for event in speculative(target.model, make_drafter(DRAFT_NGRAM, target), prompt, GenerationConfig()):
         ...
 
-Files, one idea each: config (validated settings), events (what a run yields), sampling (logits
-to tokens), acceptance (the rule), kv_cache (a model with rollback), drafters, schedule (draft
-length), engine (the two decoders), stats, theory, prompts, sources (where a model comes from,
-its size, public mode), models (loading), cpu_kernels (the CPU speed fix), eagle (the learned
-draft head), draft_data and train_draft (its training), bench.
+Files, one idea each: config (validated settings), limits, events (what a run yields), sampling
+(logits to tokens), acceptance (the rule), kv_cache (a model with rollback), drafters/ (the
+protocol, n-gram lookup, model drafts and self-copies, the EAGLE head), schedule (draft length),
+engine (the two decoders), stats, theory, prompts, sources (where a model comes from, its size,
+public mode), models (loading), cpu_kernels (the CPU linears), machine (which CPU this is),
+tuning (kernels and costs measured on it). Training (training/) and benchmarking (bench/) live
+outside this package.
 """
 
 from .config import DraftConfig, GenerationConfig, SamplingConfig
-from .drafters import Draft, Drafter, ModelDrafter, NgramDrafter
+from .drafters import (
+    DRAFT_BF16,
+    DRAFT_EAGLE,
+    DRAFT_EARLY_EXIT,
+    DRAFT_NGRAM,
+    Draft,
+    Drafter,
+    ModelDrafter,
+    NgramDrafter,
+    make_drafter,
+)
 from .engine import autoregressive, speculative
 from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
 from .events import (
@@ -28,19 +40,9 @@ from .events import (
     SpecStep,
     Summary,
 )
-from .models import (
-    DRAFT_BF16,
-    DRAFT_EAGLE,
-    DRAFT_EARLY_EXIT,
-    DRAFT_NGRAM,
-    EMBEDDED_ID,
-    PRESETS,
-    LoadedModel,
-    check_same_vocabulary,
-    load_model,
-    make_drafter,
-)
+from .models import LoadedModel, check_same_vocabulary, load_model
 from .prompts import encode_prompt, stop_token_ids
+from .sources import EMBEDDED_ID
 from .stats import generated_tokens, per_position_acceptance, summarize
 from .theory import expected_speedup, expected_tokens_per_step
 

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import SpecDecError
+from .limits import MAX_NEW_TOKENS
 
-MAX_NEW_TOKENS = 4096
 MAX_DRAFT_TOKENS = 32
 MAX_TEMPERATURE = 100.0
 

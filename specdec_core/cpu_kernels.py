@@ -18,7 +18,7 @@ step. The packed copy is rebuilt whenever the weight changes (a dtype cast, an i
 it can never go stale. Packing alone keeps two copies of each weight; models.py then calls
 release_dense_weights, which frees the dense ones that nothing else reads (embedded target: RSS
 2.08x -> 1.28x its weight bytes). Inference only: the oneDNN op has no backward (the draft head
-trains through stock nn.Linear, see train_draft.py).
+trains through stock nn.Linear, see training/train_head.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from .acceptance import verify
 from .config import DraftConfig, GenerationConfig
-from .drafters import Drafter
+from .drafters.base import Drafter
 from .errors import SpecDecError
 from .events import Event, Finished, PlainStep, SpecStep, Step
 from .kv_cache import CachedModel
@@ -56,7 +56,7 @@ class _Run:
         self.budget = min(config.max_new_tokens, window - len(prompt_ids))
         self.budget_reason = "max_new_tokens" if self.budget == config.max_new_tokens else "context_full"
         self.deadline = None if config.max_seconds is None else time.perf_counter() + config.max_seconds
-        # Set by speculative() for a drafter that reads the target's hidden states (eagle.py).
+        # Set by speculative() for a drafter that reads the target's hidden states (drafters/eagle.py).
         self.feature_sink: Callable[[int, torch.Tensor], None] | None = None
         self.steps: list[Step] = []
         self.generated = 0

@@ -17,7 +17,7 @@ class CachedModel:
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         # hidden_states[-1] is then the last layer's output, not the final norm's: what a
-        # feature drafter (eagle.py) reads and predicts. Changes nothing else the model returns.
+        # feature drafter (drafters/eagle.py) reads and predicts. Changes nothing else the model returns.
         model.config.tie_last_hidden_states = False
         self.device = model.device
         self.cache = DynamicCache(config=model.config)

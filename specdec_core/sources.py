@@ -16,7 +16,6 @@ import json
 import os
 import re
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -39,15 +38,6 @@ RESERVE_BYTES = 768 * 2**20  # left for the app, the tokenizer, activations and 
 def cache_dir() -> Path:
     """Where converted models, measured costs and generated training data live (never in the repository)."""
     return Path(os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Arguments for from_pretrained: where to read, and how."""
-
-    kind: str  # "embedded", "gguf", "folder" or "hub"
-    path: str  # a folder, or a hub id
-    kwargs: dict = field(default_factory=dict)
 
 
 def public_mode() -> bool:

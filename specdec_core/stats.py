@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Sequence
 
 from .events import Event, Finished, SpecStep, Step, Summary
 
@@ -43,3 +44,23 @@ def per_position_acceptance(steps: Iterable[Step]) -> list[float]:
             drafted[i] += 1
             accepted[i] += i < s.accepted_count
     return [a / d for a, d in zip(accepted, drafted)]
+
+
+def draft_pass_seconds(steps: Sequence[Step]) -> list[float]:
+    """Seconds per draft pass of each drafting step of one run, but the first: a drafter's first pass
+    reads the whole prompt (or catches up on it), so it says nothing about a decode step."""
+    drafting = [s for s in steps if isinstance(s, SpecStep) and s.draft_passes]
+    return [s.draft_seconds / s.draft_passes for s in drafting[1:]]
+
+
+def plain_step_seconds(steps: Sequence[Step]) -> list[float]:
+    """Seconds of each single-token target step of one run, the first (prefill) left out."""
+    return [s.seconds for s in steps[1:] if not s.drafted_count]
+
+
+def cost_ratio(draft_passes: Sequence[float], plain_steps: Sequence[float]) -> float | None:
+    """c: the median draft pass over the median single-token target step (medians: a pass that
+    lands on a busy moment of a shared CPU moves a mean, not a median); None without both."""
+    if not draft_passes or not plain_steps:
+        return None
+    return statistics.median(draft_passes) / statistics.median(plain_steps)

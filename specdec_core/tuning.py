@@ -257,7 +257,7 @@ def choose_fastest(part: str, identity: dict, builders: dict[str, Callable[[], o
 def head_draft_seconds(head) -> float:
     """Median seconds of one draft pass of an EAGLE head (a DRAFT_TOKENS-token draft, divided)."""
     from .config import SamplingConfig  # noqa: PLC0415  (eagle imports sampling; kept local to avoid a cycle at import)
-    from .eagle import EagleDrafter  # noqa: PLC0415
+    from .drafters.eagle import EagleDrafter  # noqa: PLC0415
     from .sampling import Sampler  # noqa: PLC0415
 
     drafter = EagleDrafter(head)

@@ -6,7 +6,7 @@ from gradio_client import Client
 from app.handlers import COLUMN_HEADERS
 from app.ui import build_ui, launch
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
-from specdec_core.models import DRAFT_EAGLE
+from specdec_core.drafters import DRAFT_EAGLE
 
 pytestmark = pytest.mark.slow
 RACE_DEFAULTS = dict(
@@ -58,7 +58,7 @@ def test_race_streams_intermediate_updates(client):
     "overrides, message",
     [
         (dict(prompt="   "), "prompt is empty"),
-        (dict(prompt="x" * 5000), "limit here is 4,000"),
+        (dict(prompt="x" * 9000), "the limit is 8,000"),
         (dict(k=0), "less than minimum value 1"),
         (dict(k="many"), "Could not preprocess input component at index 3"),
         (dict(top_p=0), "less than minimum value 0.05"),

@@ -19,7 +19,8 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from specdec_core.models import PRESETS, _embedded_converted
+from app.presets import PRESETS
+from specdec_core.models import _embedded_converted
 
 ROOT = Path(__file__).resolve().parents[2]
 # Hides the embedded wheel from import, as on a Space (app.py then imports `spaces`, installed for the tests).

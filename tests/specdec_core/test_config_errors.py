@@ -26,8 +26,8 @@ from specdec_core import (
         (lambda: SamplingConfig(top_p=1.5), "top_p must be between 0 and 1"),
         (lambda: SamplingConfig(top_k=-1), "top_k must be between 0"),
         (lambda: SamplingConfig(seed=-3), "seed must be between 0"),
-        (lambda: GenerationConfig(max_new_tokens=0), "max_new_tokens must be between 1 and 4096"),
-        (lambda: GenerationConfig(max_new_tokens=10**9), "max_new_tokens must be between 1 and 4096"),
+        (lambda: GenerationConfig(max_new_tokens=0), "max_new_tokens must be between 1 and 256"),
+        (lambda: GenerationConfig(max_new_tokens=10**9), "max_new_tokens must be between 1 and 256"),
         (lambda: GenerationConfig(max_new_tokens=True), "max_new_tokens must be an integer"),
     ],
 )

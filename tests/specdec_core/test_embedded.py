@@ -16,7 +16,7 @@ from specdec_core import (
     speculative,
     stop_token_ids,
 )
-from specdec_core.models import DRAFT_EAGLE
+from specdec_core.drafters import DRAFT_EAGLE
 
 pytestmark = pytest.mark.slow
 PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives in Lisbon and is 31."

@@ -1,6 +1,7 @@
 """Both decoders on tiny random models: greedy losslessness, sampling losslessness, stopping."""
 
 import copy
+import time
 
 import pytest
 import torch
@@ -19,7 +20,9 @@ from specdec_core import (
     speculative,
 )
 from specdec_core.acceptance import Verdict
-from specdec_core.models import early_exit_copy
+from specdec_core.kv_cache import CachedModel
+from specdec_core.limits import MAX_NEW_TOKENS
+from specdec_core.drafters import early_exit_copy
 from specdec_core.sampling import Sampler
 from tests.conftest import noisy_copy, tiny_llama
 
@@ -184,7 +187,11 @@ def test_closing_the_generator_stops_work(target_model, draft_model):
     assert drafter._model.passes == passes
 
 
-def test_time_limit_stops_the_run(target_model):
-    events = list(autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=4000, max_seconds=0.05)))
-    assert events[-1].summary.stop_reason in ("time_limit", "context_full")
-    assert len(events) < 4000
+def test_time_limit_stops_the_run(target_model, monkeypatch):
+    """The deadline is checked after every step: a run out of time ends at the next step boundary."""
+    forward = CachedModel.forward
+    monkeypatch.setattr(CachedModel, "forward", lambda self, *a, **kw: (time.sleep(0.002), forward(self, *a, **kw))[1])
+    config = GenerationConfig(max_new_tokens=MAX_NEW_TOKENS, max_seconds=0.001)  # each step takes 2 ms or more
+    events = list(autoregressive(target_model, PROMPT, config))
+    assert events[-1].summary.stop_reason == "time_limit"
+    assert len(events) == 2  # one step, then Finished

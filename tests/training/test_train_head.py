@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from specdec_core.draft_data import build_prompts
-from specdec_core.eagle import load_head
-from specdec_core.train_draft import main, tiny_target
+from specdec_core.drafters.eagle import load_head
+from training.draft_data import build_prompts
+from training.train_head import main, tiny_target
 
 ROOT = Path(__file__).resolve().parents[2]
 

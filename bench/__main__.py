@@ -1,10 +1,10 @@
 """Benchmark: ours against transformers on the same pair, and measurement against theory.
 
-    python -m specdec_core.bench [--repeats 3] [--tokens 64] [--k 3] [--head-k 4] [--prompts 2] [--out bench-results]
-    python -m specdec_core.bench --drafters     # acceptance and speedup of each offline drafter
-    python -m specdec_core.bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
+    python -m bench [--repeats 3] [--tokens 64] [--k 3] [--head-k 4] [--prompts 2] [--out bench-results]
+    python -m bench --drafters     # acceptance and speedup of each offline drafter
+    python -m bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
 
-The prompts are the held-out split of the draft head's training prompts (draft_data.py): about
+The prompts are the held-out split of the draft head's training prompts (training/draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
 in one process, on the same prompts, interleaved per prompt (in a rotated
 order each repeat) so that drift of a noisy machine hits all methods alike. Ratios, not absolute
@@ -28,27 +28,19 @@ from pathlib import Path
 
 import torch
 
-from .cpu_kernels import force_avx2_path
-from .config import DraftConfig, GenerationConfig, SamplingConfig
-from .draft_data import TrainingPrompt, sample_prompts
-from .engine import autoregressive, speculative
-from .events import Finished
-from .models import (
-    DRAFT_BF16,
-    DRAFT_EAGLE,
-    DRAFT_EARLY_EXIT,
-    DRAFT_NGRAM,
-    EMBEDDED_ID,
-    load_model,
-    load_stock,
-    make_drafter,
-    reduced_copy,
-)
-from .prompts import encode_prompt, stop_token_ids
-from .stats import generated_tokens, per_position_acceptance
-from .theory import expected_speedup
-from .machine import this_machine
-from .tuning import draft_pass, measured_cost_ratio, tuning_of
+from specdec_core.cpu_kernels import force_avx2_path
+from specdec_core.config import DraftConfig, GenerationConfig, SamplingConfig
+from training.draft_data import TrainingPrompt, sample_prompts
+from specdec_core.engine import autoregressive, speculative
+from specdec_core.events import Finished
+from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EARLY_EXIT, DRAFT_NGRAM, make_drafter, reduced_copy
+from specdec_core.models import load_model, load_stock
+from specdec_core.sources import EMBEDDED_ID
+from specdec_core.prompts import encode_prompt, stop_token_ids
+from specdec_core.stats import cost_ratio, draft_pass_seconds, generated_tokens, per_position_acceptance, plain_step_seconds
+from specdec_core.theory import expected_speedup
+from specdec_core.machine import this_machine
+from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
 
 
 
@@ -168,12 +160,11 @@ def cost_report(args) -> dict:
         methods["bf16 k=3"] = ours(m, prompt, n, stops, lambda: make_drafter(DRAFT_BF16, target), DraftConfig(k=3))
         timings, outputs = measure(methods, args.repeats)
         plain = timings["plain"]
-        plain_step = statistics.median(plain.step_seconds)
         row = {"workload": workload, "prompt": item.text, "methods": {}}
         for name, t in timings.items():
             row["methods"][name] = {
                 "speedup": paired_ratio(t.rates, plain.rates), "tokens_per_pass": t.mean_accepted_length,
-                "c_in_loop": statistics.median(t.draft_pass_seconds) / plain_step if t.draft_pass_seconds else None,
+                "c_in_loop": cost_ratio(t.draft_pass_seconds, plain.step_seconds),
                 "identical": outputs[name] == outputs["plain"],
             }
         report["prompts"].append(row)
@@ -222,9 +213,8 @@ def record_counters(timing: Timing, steps: list, finished: Finished) -> None:
     s = finished.summary
     timing.acceptance_rate = s.acceptance_rate
     timing.mean_accepted_length = s.mean_accepted_length
-    # The first step also prefills the prompt: it is no decode step, so it is left out of the costs.
-    timing.draft_pass_seconds += [st.draft_seconds / st.draft_passes for st in steps[1:] if st.draft_passes]
-    timing.step_seconds += [st.seconds for st in steps[1:] if not st.drafted_count]
+    timing.draft_pass_seconds += draft_pass_seconds(steps)
+    timing.step_seconds += plain_step_seconds(steps)
     timing.position_acceptance = per_position_acceptance(steps)
 
 
@@ -319,8 +309,7 @@ def write_report(report: dict, folder: str, kind: str) -> None:
 
 def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], ks: dict[str, int]) -> dict:
     # c from the same runs: a draft pass over a decode step of plain decoding.
-    plain_step = statistics.median(timings["ours plain"].step_seconds)
-    costs = {d: statistics.median(timings[f"ours {d} k"].draft_pass_seconds) / plain_step for d in ks}
+    costs = {d: cost_ratio(timings[f"ours {d} k"].draft_pass_seconds, timings["ours plain"].step_seconds) for d in ks}
     row = {"workload": workload, "prompt": name, "cost_ratio": costs, "k": ks, "methods": {}}
     reference = outputs["ours plain"]
     for method, t in timings.items():

@@ -38,13 +38,14 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .drafters import Draft
-from .errors import ModelLoadError
-from .kv_cache import CachedModel
-from .sampling import Sampler
+from ..errors import ModelLoadError
+from ..kv_cache import CachedModel
+from ..sampling import Sampler
+from .base import Draft
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+CURVE_NAME = "learning_curve.json"  # written by training/, shown by the app's explainer
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +195,7 @@ def load_head(folder: Path, target: PreTrainedModel, dtype: torch.dtype | None =
     try:
         config = HeadConfig(**json.loads((folder / CONFIG_NAME).read_text()))
     except FileNotFoundError:
-        raise ModelLoadError(f"The draft head '{where}' is missing: no {CONFIG_NAME}. Train it with `python -m specdec_core.train_draft`.") from None
+        raise ModelLoadError(f"The draft head '{where}' is missing: no {CONFIG_NAME}. Train it with `python -m training.train_head`.") from None
     except (json.JSONDecodeError, TypeError) as error:
         raise ModelLoadError(f"The draft head '{where}' has an unreadable {CONFIG_NAME} ({type(error).__name__}).") from None
     config.check_target(target, where)

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .prompts import encode_prompt, stop_token_ids
+from specdec_core.prompts import encode_prompt, stop_token_ids
 
 TASKS = Path(__file__).resolve().parent.parent / "assets" / "draft_tasks.json"
 HELD_OUT_EVERY = 7

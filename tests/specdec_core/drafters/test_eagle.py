@@ -9,10 +9,10 @@ import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
 from specdec_core.cpu_kernels import PACKED
-from specdec_core.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
+from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
-from specdec_core.models import HEAD_VARIANTS, _fast_head, _head_variant, head_variants
+from specdec_core.drafters.head_variants import HEAD_VARIANTS, fast_head, head_variant, head_variants
 from specdec_core.sampling import Sampler
 from tests.conftest import tiny_llama
 from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_marginals
@@ -57,7 +57,7 @@ def test_every_head_variant_stays_lossless(target, head, tmp_path, cpu_path):
     plain = generated_tokens(autoregressive(target, PROMPT, config))
     assert len(head_variants()) == len(HEAD_VARIANTS) - (cpu_path == "avx2" or not torch.ops.mkldnn._is_mkldnn_bf16_supported())
     for variant in head_variants():
-        fast = _head_variant(tmp_path / "head", target, variant)
+        fast = head_variant(tmp_path / "head", target, variant)
         dtype, kernel = HEAD_VARIANTS[variant]
         assert fast.feature_scale.dtype == dtype
         if kernel == PACKED:
@@ -70,7 +70,7 @@ def test_every_head_variant_stays_lossless(target, head, tmp_path, cpu_path):
 def test_the_tuned_head_is_the_fastest_variant_and_its_cost_is_recorded(target, head, tmp_path, monkeypatch, cpu_path):
     monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path / "tuning"))
     save_head(head, tmp_path / "head")
-    fast = _fast_head(tmp_path / "head", target, "tiny-target")
+    fast = fast_head(tmp_path / "head", target, "tiny-target")
     [saved] = list((tmp_path / "tuning").glob("EAGLE-head-*.json"))
     seconds = json.loads(saved.read_text())["result"]
     assert set(seconds) == set(head_variants())
@@ -115,7 +115,7 @@ def test_id_map_round_trips(head, target, tmp_path):
     feats = torch.randn(1, 5, target.config.hidden_size)
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     pos = torch.arange(5)[None]
-    from specdec_core.eagle import causal_mask
+    from specdec_core.drafters.eagle import causal_mask
 
     a = head(feats, tokens, pos, head.new_cache(), causal_mask(5, 0))
     b = loaded(feats, tokens, pos, loaded.new_cache(), causal_mask(5, 0))

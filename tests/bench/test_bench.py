@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_bench_writes_a_complete_report(tmp_path, embedded):
-    cmd = [sys.executable, "-m", "specdec_core.bench", "--repeats", "1", "--tokens", "6", "--prompts", "1", "--out", str(tmp_path)]
+    cmd = [sys.executable, "-m", "bench", "--repeats", "1", "--tokens", "6", "--prompts", "1", "--out", str(tmp_path)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(next(tmp_path.glob("bench-*.json")).read_text())

@@ -1,8 +1,8 @@
-"""Trains the EAGLE draft head (eagle.py) for the embedded target, on the target's own answers.
+"""Trains the EAGLE draft head (specdec_core/drafters/eagle.py) for the embedded target, on the target's own answers.
 
-    python -m specdec_core.train_draft                 # data (cached), then training (resumes), then the head file
-    python -m specdec_core.train_draft --max-minutes 60   # stop after a checkpoint; run again to go on
-    python -m specdec_core.train_draft --smoke         # a tiny random target, a few steps (CI)
+    python -m training.train_head                 # data (cached), then training (resumes), then the head file
+    python -m training.train_head --max-minutes 60   # stop after a checkpoint; run again to go on
+    python -m training.train_head --smoke         # a tiny random target, a few steps (CI)
 
 Loss (EAGLE): smooth-L1 between the head's predicted feature and the target's real one, plus
 cross-entropy against the target's full next-token distribution (restricted to the draft
@@ -32,14 +32,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from .draft_data import Sequence, generate_batch, generate_shards, load_sequences, sample_prompts
-from .eagle import EagleHead, HeadConfig, load_head, save_head
-from .models import EMBEDDED_ID, load_model
-from .sources import cache_dir
-from .prompts import stop_token_ids
+from training.draft_data import Sequence, generate_batch, generate_shards, load_sequences, sample_prompts
+from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
+from specdec_core.models import load_model
+from specdec_core.sources import EMBEDDED_ID, cache_dir
+from specdec_core.prompts import stop_token_ids
 
 HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "eagle-smollm2-135m"
-CURVE_NAME = "learning_curve.json"
 TARGET_TOP = 16
 
 

@@ -1,0 +1,1 @@
+"""The benchmark, outside the engine: python -m bench (see __main__.py)."""

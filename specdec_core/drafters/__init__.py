@@ -1,0 +1,41 @@
+"""Drafters: the protocol (base), prompt lookup (ngram), causal LMs and the target's self-copies
+(model_draft), the EAGLE head (eagle: the model, its file format and its drafter; head_variants:
+how it runs on this machine). make_drafter turns a drafter spec into a fresh drafter for one run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..models import LoadedModel, check_same_vocabulary, load_model
+from .base import Draft, Drafter
+from .eagle import EagleDrafter
+from .head_variants import DRAFT_EAGLE_PREFIX, eagle_head
+from .model_draft import EARLY_EXIT_LAYERS, ModelDrafter, early_exit_copy, measure_draft_pass, reduced_copy
+from .ngram import NgramDrafter
+
+# Drafter specs besides a model source: copies of the target itself, and the model-free lookup.
+DRAFT_BF16 = "self:bfloat16"
+DRAFT_EARLY_EXIT = "self:early-exit"
+DRAFT_NGRAM = "ngram"
+DRAFT_EAGLE = DRAFT_EAGLE_PREFIX + "eagle-smollm2-135m"  # the head trained here for the embedded target
+
+
+def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:
+    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT, "eagle:<folder in assets/>" or a model source."""
+    if spec == DRAFT_NGRAM:
+        return NgramDrafter()
+    if spec.startswith(DRAFT_EAGLE_PREFIX):
+        return EagleDrafter(eagle_head(target.source, spec.removeprefix(DRAFT_EAGLE_PREFIX)), "EAGLE head")
+    if spec == DRAFT_BF16:
+        model = reduced_copy(target.source, torch.bfloat16)
+        measure_draft_pass(target, spec, model)
+        return ModelDrafter(model, "bfloat16 copy", min_confidence, shares_target_weights=True)
+    if spec == DRAFT_EARLY_EXIT:
+        model = early_exit_copy(target.model, EARLY_EXIT_LAYERS)
+        measure_draft_pass(target, spec, model)
+        return ModelDrafter(model, f"early exit ({EARLY_EXIT_LAYERS} layers)", min_confidence, shares_target_weights=True)
+    draft = load_model(spec)
+    check_same_vocabulary(target, draft)
+    measure_draft_pass(target, spec, draft.model)
+    return ModelDrafter(draft.model, spec, min_confidence)

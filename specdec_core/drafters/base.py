@@ -1,0 +1,41 @@
+"""The drafter protocol: anything that can guess the next few tokens cheaply.
+
+The interface follows transformers' candidate generators: propose candidates, then learn
+how many were accepted. A drafter belongs to one run (a model drafter holds that run's KV cache).
+A drafter that reads the target's hidden states (the EAGLE head) also has
+observe_features(start, features [n, H]); the engine calls it after every target pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ..kv_cache import CachedModel
+from ..sampling import Sampler
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    tokens: tuple[int, ...]
+    probs: torch.Tensor | None  # [len(tokens), V] the draft distribution q at each position; None: no q
+    passes: int  # draft forward passes spent (0 for model-free drafters)
+    seconds: float
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, target: CachedModel) -> None:
+        """Called once, after the target has read the prompt (its cache holds it)."""
+        ...
+
+    def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
+        """Up to k tokens that might follow context (fewer when unsure or out of ideas)."""
+        ...
+
+    def observe(self, accepted_count: int) -> None:
+        """How many of the last proposal's tokens the target accepted."""
+        ...
