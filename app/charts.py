@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from specdec_core import expected_speedup
+from specdec_core import SpecStep, expected_speedup, expected_tokens_per_step
 from specdec_core.tuning import CostCurve
 
 from .race import Race
@@ -188,3 +188,115 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
     fig.update_yaxes(title_text="speedup", rangemode="tozero", secondary_y=False)
     fig.update_yaxes(title_text="acceptance rate", range=[0, 1.05], secondary_y=True)
     return _style(fig, height=380)
+
+
+def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> go.Figure:
+    """One step's draft as a tree (a chain is a tree with one branch): the root is the last context
+    token; the accepted path green, refused nodes red, nodes below a refusal pale; then the target's
+    correction or bonus token. Hover a node for q, p and min(1, p/q)."""
+    fig = go.Figure()
+    if step is None or not step.drafted_count:
+        fig.add_annotation(text="No draft yet: race, then step through the drafted trees here.", showarrow=False)
+        fig.update_xaxes(visible=False)
+        fig.update_yaxes(visible=False)
+        return _style(fig, height=240)
+    x, y = _tree_layout(step.parents)
+    on_path = {-1, *step.path}
+    last = step.path[-1] if step.path else -1
+    # the target's own token hangs below the last accepted node
+    x[len(step.parents)] = x[last] + 1
+    y[len(step.parents)] = y[last] if last >= 0 else 0.0
+    for node, parent in enumerate(step.parents):
+        accepted = node in step.path
+        fig.add_scatter(x=[x[parent], x[node]], y=[y[parent], y[node]], mode="lines", hoverinfo="skip", showlegend=False,
+                        line=dict(color=COLORS["accepted"] if accepted else "#c9ccd1", width=3 if accepted else 1))
+    fig.add_scatter(x=[x[last], x[len(step.parents)]], y=[y[last], y[len(step.parents)]], mode="lines", hoverinfo="skip",
+                    showlegend=False, line=dict(color=COLORS[step.next_outcome], width=3, dash="dot"))
+    groups = {
+        "accepted": [n for n in range(step.drafted_count) if n in step.path],
+        "rejected": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] in on_path],
+        "unverified": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] not in on_path],
+    }
+    colors = {"accepted": COLORS["accepted"], "rejected": COLORS["rejected"], "unverified": "#f0b4b4"}
+    for name, nodes in groups.items():
+        if nodes:
+            fig.add_scatter(
+                x=[x[n] for n in nodes], y=[y[n] for n in nodes], mode="markers+text", name=name,
+                text=[_label(text(step.draft_tokens[n])) for n in nodes], textposition="top center",
+                marker=dict(size=16, color=colors[name], line=dict(width=1, color="#555")),
+                hovertext=[_node_hover(step, n, text) for n in nodes], hoverinfo="text",
+            )
+    fig.add_scatter(
+        x=[x[-1]], y=[y[-1]], mode="markers", name="root (last context token)", hoverinfo="skip",
+        marker=dict(size=12, color=COLORS["plain"], symbol="square"),
+    )
+    fig.add_scatter(
+        x=[x[len(step.parents)]], y=[y[len(step.parents)]], mode="markers+text", name=step.next_outcome,
+        text=[_label(text(step.next_token))], textposition="top center",
+        marker=dict(size=18, color=COLORS[step.next_outcome], symbol="star"),
+        hovertext=[f"{step.next_outcome} from the target · p={step.next_token_prob:.3f}"], hoverinfo="text",
+    )
+    shape = "chain" if step.is_chain else "tree"
+    fig.update_layout(title=dict(text=f"Step {index + 1} of {total}: a {shape} of {step.drafted_count} drafted tokens, "
+                                      f"{step.accepted_count} accepted", font_size=14))
+    fig.update_xaxes(title_text="depth (tokens after the context)", dtick=1, zeroline=False)
+    fig.update_yaxes(visible=False)
+    return _legend_on_top(_style(fig, height=360))
+
+
+def _tree_layout(parents: tuple[int, ...]) -> tuple[dict[int, float], dict[int, float]]:
+    """x = depth; y: leaves one apart in depth-first order, a parent at the middle of its children."""
+    kids: dict[int, list[int]] = {-1: []}
+    for node, parent in enumerate(parents):
+        kids.setdefault(node, [])
+        kids[parent].append(node)
+    x: dict[int, float] = {-1: 0.0}
+    y: dict[int, float] = {}
+    next_leaf = [0.0]
+
+    def place(node: int, depth: int) -> float:
+        x[node] = float(depth)
+        if not kids[node]:
+            y[node] = next_leaf[0]
+            next_leaf[0] -= 1.0
+        else:
+            y[node] = sum(place(child, depth + 1) for child in kids[node]) / len(kids[node])
+        return y[node]
+
+    place(-1, 0)
+    return x, y
+
+
+def _label(token_text: str) -> str:
+    shown = token_text.replace("\n", "⏎") or "∅"
+    return shown if len(shown) <= 10 else shown[:9] + "…"
+
+
+def _node_hover(step: SpecStep, node: int, text) -> str:
+    q = step.draft_probs[node] if step.draft_probs is not None else None
+    q_text = "n/a (n-gram guess)" if q is None or q != q else f"{q:.3f}"
+    return (f"{text(step.draft_tokens[node])!r} · draft q={q_text} · target p={step.target_probs[node]:.3f} · "
+            f"min(1, p/q)={step.accept_probs[node]:.3f}")
+
+
+def chain_vs_tree_figure(a: float, a_width: float, width: int, c: float, curve: CostCurve | None) -> go.Figure:
+    """Expected tokens per pass and speedup against depth: a chain accepts a level when the draft's
+    first guess is right (a); a tree of `width` guesses per level when any of them is (a_width), at
+    the price of width x depth nodes in the verification pass, costed with this machine's curve."""
+    depths = np.arange(1, 9)
+    chain_tokens = [expected_tokens_per_step(a, int(d)) for d in depths]
+    tree_tokens = [expected_tokens_per_step(a_width, int(d)) for d in depths]
+
+    def ratio(nodes: int) -> float:
+        return curve.ratio(nodes + 1) if curve else 1.0
+
+    chain_speed = [t / (ratio(int(d)) + d * c) for t, d in zip(chain_tokens, depths)]
+    tree_speed = [t / (ratio(int(width * d)) + d * c * 1.3) for t, d in zip(tree_tokens, depths)]  # a wider head pass: ~1.3x
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Expected tokens per target pass", "Expected speedup"))
+    for name, tokens, speed, color in (("chain", chain_tokens, chain_speed, COLORS["spec"]),
+                                       (f"tree, {width} per level", tree_tokens, tree_speed, COLORS["accepted"])):
+        fig.add_scatter(x=depths, y=tokens, mode="lines+markers", name=name, line_color=color, row=1, col=1)
+        fig.add_scatter(x=depths, y=speed, mode="lines+markers", name=name, line_color=color, showlegend=False, row=1, col=2)
+    fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=1, col=2)
+    fig.update_xaxes(title_text="draft depth k", dtick=1)
+    return _legend_on_top(_style(fig, height=360))

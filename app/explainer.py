@@ -88,3 +88,12 @@ def head_learning_curve() -> list[dict]:
         return json.loads(path.read_text())["curve"]
     except (OSError, ValueError, KeyError):
         return []
+
+TREE_INTRO = """### Chains and trees
+A chain drafts one guess per position; a **tree** (EAGLE-2, SpecInfer) drafts several, and one target pass checks
+them all with a tree attention mask: each guess sees only its own ancestors. A level is accepted when *any* of its
+guesses is right, so a tree gains where the draft's second or third choice is often the right one (the shipped head:
+top-1 / top-3 agreement 0.50 / 0.68 with the target on its held-out prompts, teacher-forced). The price is a wider
+verification pass: on a GPU nearly free, on a CPU measured by $T(n)/T(1)$ below. So the app sizes every tree from
+this machine's curve: a node is kept only while the tokens it is expected to add (its path's draft probability)
+outweigh what one more token in the pass costs. The race tab draws each step's tree."""

@@ -137,6 +137,13 @@ def machine_view(last: dict | None) -> tuple[str, object]:
             seconds, how = measured
             lines.append(f"- {DRAFT_LABELS.get(drafter, drafter)}: {1000 * seconds:.2f} ms per draft pass ({how}), "
                          f"c = {seconds / curve.seconds[0]:.3f}")
+    steps = last["race"].spec_steps if last else []
+    trees = [step for step in steps if not step.is_chain]
+    if trees:
+        sizes = [step.drafted_count for step in trees]
+        lines.append(f"- draft trees of your last race: {len(trees)} steps, {min(sizes)}-{max(sizes)} nodes "
+                     f"(mean {sum(sizes) / len(sizes):.1f}), sized by this curve: a node stays while its path's draft "
+                     "probability adds more expected tokens than one more token in the pass costs")
     return "\n".join(lines), charts.cost_curve_figure(curve)
 
 
@@ -158,10 +165,11 @@ def run_race(
     prompt: str, target: str, drafter: str, k: float, adaptive: bool, decoding: str,
     temperature: float, top_k: float, top_p: float, seed: float, max_new_tokens: float,
 ) -> Iterator[tuple]:
-    """Streams (target-only pane, speculative pane, charts, summary, details, last race) per step."""
+    """Streams (target-only pane, speculative pane, charts, summary, details, last race, draft tree,
+    tree step slider) per step; the tree view follows the newest drafted step while the race runs."""
     try:
         settings = parse_settings(target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens)
-        yield _loading_note(settings), "", gr.skip(), "", gr.skip(), gr.skip()
+        yield _loading_note(settings), "", gr.skip(), "", gr.skip(), gr.skip(), gr.skip(), gr.skip()
         loaded, prompt_ids, stops = _prepare(settings, prompt)
         race = Race(greedy=settings.generation.sampling.greedy, k=settings.draft.k)
         text = views.TokenText(loaded.tokenizer)
@@ -171,15 +179,42 @@ def run_race(
                 race.add(side, event)
                 if isinstance(event, Finished):
                     continue
-                chart = gr.skip()
+                live = (gr.skip(),) * 3
                 if time.monotonic() - last_chart > CHART_EVERY_SECONDS:
-                    chart, last_chart = charts.race_figure(race), time.monotonic()
-                yield _race_views(race, text, running=True) + (chart, gr.skip(), gr.skip(), gr.skip())
+                    live, last_chart = (charts.race_figure(race), *_tree_views(race, text)), time.monotonic()
+                yield _race_views(race, text, running=True) + (live[0], gr.skip(), gr.skip(), gr.skip()) + live[1:]
     except SpecDecError as error:
         raise gr.Error(str(error)) from None
     yield _race_views(race, text, running=False) + (
         charts.race_figure(race), views.summary_html(race), race_details(race, text), {"race": race, "target": settings.target},
-    )
+    ) + _tree_views(race, text)
+
+
+def _tree_views(race: Race, text: views.TokenText) -> tuple:
+    """The newest drafted step's tree, and the step slider set to it."""
+    steps = race.spec_steps
+    figure = charts.tree_figure(steps[-1] if steps else None, text, len(steps) - 1, len(steps))
+    return figure, gr.Slider(minimum=1, maximum=max(len(steps), 2), value=max(len(steps), 1), step=1, interactive=len(steps) > 1)
+
+
+def tree_view(index: float, last: dict | None):
+    """A replayed step of the last race as a tree (the slider under the race)."""
+    race = last["race"] if last else None
+    if race is None or not race.spec_steps:
+        return charts.tree_figure(None, None)
+    steps = race.spec_steps
+    i = max(0, min(int(index) - 1, len(steps) - 1))
+    return charts.tree_figure(steps[i], views.TokenText(load_model(last["target"]).tokenizer), i, len(steps))
+
+
+def panes_view(inline_rejected: bool, last: dict | None):
+    """Both panes of the last race again, with the refused drafts inline or as one marker per step."""
+    if not last:
+        return gr.skip(), gr.skip()
+    text = views.TokenText(load_model(last["target"]).tokenizer)
+    race = last["race"]
+    return (views.pane_html("target only", race.plain, text, False, inline_rejected),
+            views.pane_html("speculative", race.spec, text, False, inline_rejected))
 
 
 def _loading_note(settings: RaceSettings) -> str:
@@ -347,6 +382,12 @@ def theory_view(a: float, c: float, k: float, last: dict | None):
     target = last["target"] if last else default_target()
     tuning = tuning_of(target, default_dtype())
     return charts.theory_figure(float(a), float(c), int(k), last["race"] if last else None, tuning.curve if tuning else None)
+
+
+def tree_theory_view(a: float, a_width: float, width: float, c: float, last: dict | None):
+    target = last["target"] if last else default_target()
+    tuning = tuning_of(target, default_dtype())
+    return charts.chain_vs_tree_figure(float(a), float(a_width), int(width), float(c), tuning.curve if tuning else None)
 
 
 def measured_values(last: dict | None):

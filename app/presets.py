@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EARLY_EXIT, DRAFT_NGRAM, EARLY_EXIT_LAYERS
+from specdec_core.drafters import (
+    DRAFT_BF16,
+    DRAFT_EAGLE,
+    DRAFT_EAGLE_TREE,
+    DRAFT_EARLY_EXIT,
+    DRAFT_HYBRID,
+    DRAFT_NGRAM,
+    EARLY_EXIT_LAYERS,
+)
 from specdec_core.sources import EMBEDDED_ID, embedded_installed
 
 
@@ -17,7 +25,8 @@ class Preset:
 
 PRESETS: tuple[Preset, ...] = (
     Preset(
-        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID, (DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT)
+        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID,
+        (DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT),
     ),
     Preset(
         "SmolLM2-360M-Instruct (hub)",
@@ -33,7 +42,9 @@ PRESETS: tuple[Preset, ...] = (
 )
 
 DRAFT_LABELS = {  # the app adds each drafter's cost c as measured on the machine it runs on
-    DRAFT_EAGLE: "EAGLE draft head trained here (1 layer)",
+    DRAFT_EAGLE: "EAGLE draft head trained here (1 layer), chain",
+    DRAFT_EAGLE_TREE: "EAGLE head, tree (EAGLE-2; its size from this machine's costs)",
+    DRAFT_HYBRID: "n-gram lookup + EAGLE tree in one tree",
     DRAFT_BF16: "bfloat16 copy of the target (agrees almost always)",
     DRAFT_NGRAM: "n-gram prompt lookup (model-free, c = 0)",
     DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",

@@ -11,8 +11,8 @@ from specdec_core.sources import public_mode, public_parameter_bound
 from . import handlers, limits, views
 from . import charts
 from .presets import PRESETS, default_target
-from .explainer import HEAD_INTRO, HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, head_learning_curve
-from .workloads import CUSTOM, builtin_sets, race_presets
+from .explainer import HEAD_INTRO, HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, TREE_INTRO, head_learning_curve
+from .workloads import CUSTOM, EVAL_PER_SET, builtin_sets, race_presets, set_choices
 from .zerogpu import gpu_handler
 
 CSS_FILE = Path(__file__).resolve().parent.parent / "assets" / "style.css"
@@ -60,7 +60,7 @@ def _race_tab(last_race: gr.State) -> dict:
                 info=_target_info(),
             )
             drafter = handlers.drafter_choices(default_target())
-            drafter.label, drafter.allow_custom_value = "Drafter", True
+            drafter.label, drafter.allow_custom_value, drafter.elem_id = "Drafter", True, "drafter"
             drafter.info = (
                 "Must share the target's tokenizer. c: one draft pass over one target pass, measured on this machine. "
                 "The EAGLE head is a small draft trained here for the embedded model; the bfloat16 copy agrees almost "
@@ -81,6 +81,17 @@ def _race_tab(last_race: gr.State) -> dict:
     with gr.Row(equal_height=True):
         plain_pane = gr.HTML(elem_id="plain-pane")
         spec_pane = gr.HTML(elem_id="spec-pane")
+    inline_rejected = gr.Checkbox(value=False, label="Show refused drafts inline",
+                                  info="off: one ✕n marker per step (hover it to list them), so the pane reads as the output")
+    with gr.Row():
+        with gr.Column(scale=3):
+            tree_plot = gr.Plot(label="Draft tree of one step (a chain is a tree with one branch); hover a node for q, p, min(1, p/q)",
+                                elem_id="tree-view")
+        with gr.Column(scale=1):
+            tree_step = gr.Slider(1, 2, value=1, step=1, label="Step", info="follows the race live; drag to replay",
+                                  interactive=False, elem_id="tree-step")
+            gr.Markdown("<p class='note'>Green: the accepted path. Red: drafts the target judged and refused. Pale red: "
+                        "drafts below a refusal, never reached. Star: the target's correction (orange) or bonus (blue).</p>")
     summary = gr.HTML(elem_id="race-summary")
     plot = gr.Plot(label="Live charts", elem_id="race-charts")
     with gr.Accordion("Run details (JSON, as the API returns them)", open=False):
@@ -92,13 +103,16 @@ def _race_tab(last_race: gr.State) -> dict:
         [run.click, prompt.submit],
         gpu_handler(handlers.run_race),
         inputs=[prompt, target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens],
-        outputs=[plain_pane, spec_pane, plot, summary, details, last_race],
+        outputs=[plain_pane, spec_pane, plot, summary, details, last_race, tree_plot, tree_step],
         api_name="race",
         concurrency_id=GENERATION,
         concurrency_limit=limits.CONCURRENCY,
         show_progress="minimal",
     )
     stop.click(None, cancels=[event], api_visibility="private")
+    event.then(handlers.panes_view, [inline_rejected, last_race], [plain_pane, spec_pane], api_visibility="private")
+    inline_rejected.change(handlers.panes_view, [inline_rejected, last_race], [plain_pane, spec_pane], api_visibility="private")
+    tree_step.input(handlers.tree_view, [tree_step, last_race], tree_plot, api_visibility="private", show_progress="hidden")
     return {"target": target, "drafter": drafter, "k": k, "adaptive": adaptive}
 
 
@@ -117,10 +131,12 @@ def _workload_tab(race: dict) -> None:
     )
     with gr.Row():
         with gr.Column():
+            named = {"structured": "structured (JSON, code edit, list, extraction, copying)", "creative": "creative (poem, story, brainstorm)"}
             sets = gr.CheckboxGroup(
-                [("structured (JSON, code edit, list, extraction, copying)", "structured"), ("creative (poem, story, brainstorm)", "creative"), ("your prompts", CUSTOM)],
+                [(named.get(name, label), name) for label, name in set_choices()] + [("your prompts", CUSTOM)],
                 value=["structured", "creative"], label="Prompt sets",
-                info=f"at most {limits.MAX_WORKLOAD_PROMPTS} prompts per check",
+                info=f"at most {limits.MAX_WORKLOAD_PROMPTS} prompts per check. Spec-Bench (Xia et al. 2024, first turns, "
+                     f"{EVAL_PER_SET} per task) and the realistic held-out set are greedy, for reading against published numbers.",
             )
             own_prompts = gr.Textbox(label="Your prompts, one per line", lines=4, placeholder="Summarise this ticket: ...")
             own_temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature for your prompts (0 = greedy)")
@@ -179,6 +195,14 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
         with gr.Column(scale=2):
             theory = gr.Plot(label="Expected speedup vs k", elem_id="theory-chart")
     gr.Markdown(HEADLINES)
+    gr.Markdown(TREE_INTRO, latex_delimiters=LATEX)
+    with gr.Row():
+        with gr.Column(scale=1):
+            top_width = gr.Slider(0.0, 0.99, value=0.68, step=0.01, label="Agreement of the best of the tree's guesses per level",
+                                  info="top-3 for a tree of 3 per level; the chain uses a above")
+            width = gr.Slider(2, 4, value=3, step=1, label="Guesses per level")
+        with gr.Column(scale=2):
+            tree_theory = gr.Plot(label="Chain against tree, with this machine's cost curve", elem_id="tree-theory")
     gr.Markdown(MACHINE_INTRO, latex_delimiters=LATEX)
     machine = gr.Markdown(elem_id="machine-costs")
     cost_plot = gr.Plot(label="Verification cost curve, measured here", elem_id="cost-curve")
@@ -196,6 +220,9 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     sliders = [a, c, k]
     for slider in sliders:
         slider.change(handlers.theory_view, sliders + [last_race], theory, api_visibility="private", show_progress="hidden")
+    tree_inputs = [a, top_width, width, c, last_race]
+    for slider in (a, c, top_width, width):
+        slider.change(handlers.tree_theory_view, tree_inputs, tree_theory, api_visibility="private", show_progress="hidden")
     use_last.click(handlers.measured_values, last_race, sliders, api_visibility="private").then(
         handlers.theory_view, sliders + [last_race], theory, api_visibility="private"
     )
@@ -203,7 +230,7 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
         handlers.step_view, [step, last_race], step_html, api_visibility="private"
     ).then(handlers.theory_view, sliders + [last_race], theory, api_visibility="private").then(
         handlers.machine_view, last_race, [machine, cost_plot], api_visibility="private"
-    )
+    ).then(handlers.tree_theory_view, tree_inputs, tree_theory, api_visibility="private")
     step.change(handlers.step_view, [step, last_race], step_html, api_visibility="private", show_progress="hidden")
     previous.click(lambda i: max(1, int(i) - 1), step, step, api_visibility="private")
     following.click(lambda i: int(i) + 1, step, step, api_visibility="private")

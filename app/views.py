@@ -27,7 +27,7 @@ STOP_REASONS = {
 
 LEGEND = {
     ACCEPTED: "draft token accepted",
-    REJECTED: "draft token rejected (never emitted)",
+    REJECTED: "draft token rejected (never emitted; ✕n: n refused drafts, hover to list)",
     CORRECTION: "target's correction",
     BONUS: "target's bonus token",
     TARGET: "target token (no draft)",
@@ -56,32 +56,50 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def step_spans(step: Step, text: TokenText) -> Iterable[str]:
-    """The spans of one step, in the order a reader meets them."""
+def _node_probs(step: SpecStep, node: int) -> str:
+    q = step.draft_probs[node] if step.draft_probs is not None else None
+    q_text = "n/a (n-gram guess, q = 1)" if q is None or q != q else _pct(q)  # q != q: NaN, a lookup-only node
+    return f"draft q={q_text} · target p={_pct(step.target_probs[node])} · accept prob={_pct(step.accept_probs[node])}"
+
+
+def refused_nodes(step: SpecStep) -> list[tuple[int, str]]:
+    """(node, what happened) for every drafted node off the accepted path, in draft order: the target
+    judged and refused a node whose parent was accepted (or is the root); the rest it never reached."""
+    on_path = {-1, *step.path}
+    return [
+        (node, "rejected" if step.parents[node] in on_path else "discarded unverified (below a refused guess)")
+        for node in range(step.drafted_count)
+        if node not in step.path
+    ]
+
+
+def step_spans(step: Step, text: TokenText, inline_rejected: bool = False) -> Iterable[str]:
+    """The spans of one step, in the order a reader meets them: the accepted drafts, the refused
+    ones (one compact marker whose hover lists them, or inline), then the target's own token."""
     if isinstance(step, PlainStep):
         yield _span(text(step.token), TARGET, f"target p={_pct(step.target_prob)}")
         return
     emitted = len(step.emitted_tokens)
-    for i, token in enumerate(step.draft_tokens):
-        q = "n/a (n-gram guess, q = 1)" if step.draft_probs is None else _pct(step.draft_probs[i])
-        probs = f"draft q={q} · target p={_pct(step.target_probs[i])} · accept prob={_pct(step.accept_probs[i])}"
-        if i < step.accepted_count:
-            if i < emitted:
-                yield _span(text(token), ACCEPTED, f"accepted · {probs}")
-        elif i == step.accepted_count:
-            yield _span(text(token), REJECTED, f"rejected · {probs}")
-        else:
-            yield _span(text(token), REJECTED, f"discarded unverified after the rejection · {probs}")
+    for node in step.path[:emitted]:
+        yield _span(text(step.draft_tokens[node]), ACCEPTED, f"accepted · {_node_probs(step, node)}")
+    refused = refused_nodes(step)
+    if refused and inline_rejected:
+        for node, what in refused:
+            yield _span(text(step.draft_tokens[node]), REJECTED, f"{what} · {_node_probs(step, node)}")
+    elif refused:
+        listed = "; ".join(f"{text(step.draft_tokens[node])!r} ({what.split(' ')[0]})" for node, what in refused)
+        yield (f'<span class="tok tok-marker" title="{html.escape(f"{len(refused)} refused drafts: {listed}")}">'
+               f"✕{len(refused)}</span>")
     if emitted > step.accepted_count:
         outcome = step.next_outcome
-        why = {CORRECTION: "target's correction", BONUS: "bonus token after all drafts were accepted"}.get(
+        why = {CORRECTION: "target's correction", BONUS: "bonus token after the accepted path ended at a leaf"}.get(
             outcome, "target token (the drafter had nothing to offer)"
         )
         yield _span(text(step.next_token), outcome, f"{why} · target p={_pct(step.next_token_prob)}")
 
 
-def pane_html(title: str, pane: Pane, text: TokenText, running: bool) -> str:
-    spans = "".join(span for step in pane.steps for span in step_spans(step, text))
+def pane_html(title: str, pane: Pane, text: TokenText, running: bool, inline_rejected: bool = False) -> str:
+    spans = "".join(span for step in pane.steps for span in step_spans(step, text, inline_rejected))
     state = "running…" if running else ("done" if pane.summary else "waiting")
     stats = (
         f"{pane.token_count} tokens · {len(pane.steps)} target passes · "
@@ -124,32 +142,31 @@ def summary_html(race: Race) -> str:
 
 
 def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) -> str:
-    """One speculative step taken apart: what was drafted, how the target judged each token."""
+    """One speculative step taken apart: what was drafted, how the target judged each node."""
+    refused = dict(refused_nodes(step))
     rows = []
-    for i, token in enumerate(step.draft_tokens):
-        if i < step.accepted_count:
-            verdict, outcome = "accepted", ACCEPTED
-        elif i == step.accepted_count:
-            verdict, outcome = "rejected: the target resamples here", REJECTED
-        else:
-            verdict, outcome = "discarded (after a rejection)", REJECTED
-        q = "1 (n-gram)" if step.draft_probs is None else f"{step.draft_probs[i]:.3f}"
+    for node, token in enumerate(step.draft_tokens):
+        verdict, outcome = ("accepted", ACCEPTED) if node in step.path else (refused[node], REJECTED)
+        q = step.draft_probs[node] if step.draft_probs is not None else None
+        q_text = "1 (n-gram)" if q is None or q != q else f"{q:.3f}"
+        parent = "root" if step.parents[node] < 0 else f"{step.parents[node] + 1}"
         rows.append(
-            f"<tr><td>{i + 1}</td><td>{_span(text(token), outcome, verdict)}</td><td>{q}</td>"
-            f"<td>{step.target_probs[i]:.3f}</td><td>{step.accept_probs[i]:.3f}</td><td>{html.escape(verdict)}</td></tr>"
+            f"<tr><td>{node + 1}</td><td>{parent}</td><td>{_span(text(token), outcome, verdict)}</td><td>{q_text}</td>"
+            f"<td>{step.target_probs[node]:.3f}</td><td>{step.accept_probs[node]:.3f}</td><td>{html.escape(verdict)}</td></tr>"
         )
     outcome = step.next_outcome
     rows.append(
-        f"<tr><td>+</td><td>{_span(text(step.next_token), outcome, outcome)}</td><td></td>"
+        f"<tr><td>+</td><td></td><td>{_span(text(step.next_token), outcome, outcome)}</td><td></td>"
         f"<td>{step.next_token_prob:.3f}</td><td></td><td>{html.escape(LEGEND[outcome])}</td></tr>"
     )
+    shape = "a chain of" if step.is_chain else "a tree of"
     head = (
-        f"<p><b>Step {index + 1} of {total}</b>: the draft proposed {step.drafted_count} tokens in "
+        f"<p><b>Step {index + 1} of {total}</b>: the draft proposed {shape} {step.drafted_count} tokens in "
         f"{1000 * step.draft_seconds:.0f} ms; one target pass verified them in {1000 * step.verify_seconds:.0f} ms; "
         f"{step.accepted_count} accepted, then 1 {html.escape(outcome)} token from the target.</p>"
     )
     table = (
-        "<table class='step'><tr><th>#</th><th>token</th><th>draft q(x)</th><th>target p(x)</th>"
+        "<table class='step'><tr><th>#</th><th>parent</th><th>token</th><th>draft q(x)</th><th>target p(x)</th>"
         f"<th>min(1, p/q)</th><th>outcome</th></tr>{''.join(rows)}</table>"
     )
     return f'<div class="step-detail">{head}{table}</div>'

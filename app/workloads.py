@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 from specdec_core import SpecDecError
+from specdec_core.eval_sets import by_category
 
 from .limits import MAX_WORKLOAD_PROMPTS
 
@@ -23,9 +24,27 @@ class WorkloadPrompt:
     temperature: float
 
 
+EVAL_PER_SET = 3  # prompts per evaluation category in a check: three categories fit one check's limit
+
+
 @cache
 def builtin_sets() -> dict:
-    return json.loads(WORKLOADS_FILE.read_text(encoding="utf-8"))
+    """structured and creative (assets/workloads.json), then Spec-Bench's six tasks and the realistic
+    held-out set's categories (assets/eval/, evaluation only), greedy, the first prompts of each."""
+    sets = json.loads(WORKLOADS_FILE.read_text(encoding="utf-8"))
+    for suite, label in (("spec_bench", "Spec-Bench"), ("realistic", "realistic")):
+        for category, prompts in by_category(suite, EVAL_PER_SET).items():
+            sets[f"{suite}:{category}"] = {
+                "description": f"{label}: {category.replace('_', ' ')}",
+                "temperature": 0.0,
+                "prompts": [{"name": f"{category} {p.id}", "text": p.text} for p in prompts],
+            }
+    return sets
+
+
+def set_choices() -> list[tuple[str, str]]:
+    """(label, name) of every built-in set, for the checkbox group."""
+    return [(s["description"] if ":" in name else name, name) for name, s in builtin_sets().items()]
 
 
 def select_prompts(sets: list[str], own_prompts: str, own_temperature: float) -> list[WorkloadPrompt]:

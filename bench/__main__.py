@@ -3,6 +3,7 @@
     python -m bench [--repeats 3] [--tokens 64] [--k 3] [--head-k 4] [--prompts 2] [--out bench-results]
     python -m bench --drafters     # acceptance and speedup of each offline drafter
     python -m bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
+    python -m bench --suite spec_bench|realistic [--per-category 3] [--tokens 96]   # per category, every drafter
 
 The prompts are the held-out split of the draft head's training prompts (training/draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
@@ -16,93 +17,26 @@ repeat. Greedy throughout, except the creative adaptive-k check, which samples a
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import resource
 import statistics
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
 from specdec_core.cpu_kernels import force_avx2_path
-from specdec_core.config import DraftConfig, GenerationConfig, SamplingConfig
-from training.draft_data import TrainingPrompt, sample_prompts
-from specdec_core.engine import autoregressive, speculative
-from specdec_core.events import Finished
+from specdec_core.config import DraftConfig, SamplingConfig
 from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EARLY_EXIT, DRAFT_NGRAM, make_drafter, reduced_copy
 from specdec_core.models import load_model, load_stock
 from specdec_core.sources import EMBEDDED_ID
 from specdec_core.prompts import encode_prompt, stop_token_ids
-from specdec_core.stats import cost_ratio, draft_pass_seconds, generated_tokens, per_position_acceptance, plain_step_seconds
+from specdec_core.stats import cost_ratio
 from specdec_core.theory import expected_speedup
 from specdec_core.machine import this_machine
-from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
 
+from .costs import cost_report
+from .suite import suite_report
+from .measure import Timing, bench_prompts, measure, ours, paired_ratio, peak_rss_mib, theirs, write_report
 
-
-def bench_prompts(per_workload: int) -> list[tuple[str, TrainingPrompt]]:
-    """Held-out prompts, `per_workload` structured and as many creative, the same on every run."""
-    held_out = sample_prompts("heldout", 10_000, seed=1)
-    return [(kind, p) for kind in ("structured", "creative") for p in [p for p in held_out if p.kind == kind][:per_workload]]
-
-
-@dataclass
-class Timing:
-    """One method on one prompt: seconds per repeat, tokens, and our own counters where we have them."""
-
-    seconds: list[float] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    acceptance_rate: float | None = None
-    mean_accepted_length: float | None = None
-    draft_pass_seconds: list[float] = field(default_factory=list)  # per draft pass, from the events
-    step_seconds: list[float] = field(default_factory=list)  # per plain step, from the events
-    position_acceptance: list[float] = field(default_factory=list)  # accepted / drafted at draft position i
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def rates(self) -> list[float]:
-        """Tokens per second per repeat: sampled runs of two methods emit different texts, so rates compare, times do not."""
-        return [n / s for n, s in zip(self.tokens, self.seconds)]
-
-    @property
-    def tokens_per_second(self) -> float:
-        return statistics.median(self.rates)
-
-
-def paired_ratio(ours_rates: list[float], their_rates: list[float]) -> float:
-    """Median over repeats of the rate ratio within each repeat: runs seconds apart share the machine's state."""
-    return statistics.median(a / b for a, b in zip(ours_rates, their_rates))
-
-
-def ours(model, prompt, tokens: int, stops, drafter=None, draft: DraftConfig | None = None, sampling=SamplingConfig()):
-    def run() -> tuple[list[int], list, Finished]:
-        config = GenerationConfig(max_new_tokens=tokens, sampling=sampling)
-        events = (
-            autoregressive(model, prompt, config, stops)
-            if drafter is None
-            else speculative(model, drafter(), prompt, config, draft, stops)
-        )
-        *steps, finished = list(events)
-        return generated_tokens(steps), steps, finished
-
-    return run
-
-
-def theirs(model, prompt, tokens: int, stops, **generate_kwargs):
-    ids = torch.tensor([prompt])
-
-    def run() -> tuple[list[int], list, None]:
-        out = model.generate(ids, max_new_tokens=tokens, do_sample=False, eos_token_id=list(stops), **generate_kwargs)
-        return out[0, len(prompt) :].tolist(), [], None
-
-    return run
 
 
 def set_assistant(assistant, num_tokens, schedule, threshold) -> None:
@@ -131,97 +65,6 @@ def drafter_table(args) -> None:
                 print(f"{workload + ' / ' + item.text[:12]:22s} {spec:24s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
 
 
-def cost_report(args) -> dict:
-    """What this machine's costs make of the head: c of each drafter (at load and in the loop), the
-    verification cost curve, and the head's speedup at each k and with adaptive k on held-out prompts."""
-    target = load_model(EMBEDDED_ID)
-    stops = stop_token_ids(target.tokenizer, target.model)
-    tuning = tuning_of(EMBEDDED_ID, torch.float32)
-    curve = tuning.curve
-    specs = (DRAFT_EAGLE, DRAFT_BF16, DRAFT_EARLY_EXIT)
-    for spec in specs:
-        make_drafter(spec, target)  # loads and measures each once, outside the timed runs
-    report = {
-        "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-        "target_kernels": tuning.kernels.describe(), "verify_ratio": curve.ratios,
-        "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9), "T1_ms": 1000 * curve.seconds[0],
-        "c_at_load": {spec: measured_cost_ratio(EMBEDDED_ID, torch.float32, spec) for spec in specs},
-        "draft_kernels": {spec: draft_pass(EMBEDDED_ID, spec)[1] for spec in specs},
-        "prompts": [],
-    }
-    head = lambda: make_drafter(DRAFT_EAGLE, target)  # noqa: E731
-    ks = range(1, args.max_k + 1)
-    for workload, item in bench_prompts(args.prompts):
-        prompt = encode_prompt(target.tokenizer, item.text)
-        m, n = target.model, args.tokens
-        methods = {"plain": ours(m, prompt, n, stops)}
-        methods |= {f"head k={k}": ours(m, prompt, n, stops, head, DraftConfig(k=k)) for k in ks}
-        methods["head adaptive"] = ours(m, prompt, n, stops, head, DraftConfig(k=args.head_k, adaptive=True))
-        methods["bf16 k=3"] = ours(m, prompt, n, stops, lambda: make_drafter(DRAFT_BF16, target), DraftConfig(k=3))
-        timings, outputs = measure(methods, args.repeats)
-        plain = timings["plain"]
-        row = {"workload": workload, "prompt": item.text, "methods": {}}
-        for name, t in timings.items():
-            row["methods"][name] = {
-                "speedup": paired_ratio(t.rates, plain.rates), "tokens_per_pass": t.mean_accepted_length,
-                "c_in_loop": cost_ratio(t.draft_pass_seconds, plain.step_seconds),
-                "identical": outputs[name] == outputs["plain"],
-            }
-        report["prompts"].append(row)
-        print(f"[{workload}] {item.text[:60]!r}: " + ", ".join(
-            f"{name} {v['speedup']:.2f}x" for name, v in row["methods"].items() if name != "plain"), flush=True)
-    report["summary"] = cost_summary(report["prompts"], [f"head k={k}" for k in ks])
-    return report
-
-
-def cost_summary(rows: list[dict], fixed: list[str]) -> dict:
-    """Mean over prompts per method; the head's best fixed k; adaptive against plain and the best k per prompt."""
-    def mean(method: str, field: str) -> float:
-        return statistics.mean(r["methods"][method][field] for r in rows)
-
-    best = max(fixed, key=lambda name: mean(name, "speedup"))
-    return {
-        "mean_speedup": {name: mean(name, "speedup") for name in rows[0]["methods"] if name != "plain"},
-        "mean_tokens_per_pass": {name: mean(name, "tokens_per_pass") for name in fixed + ["head adaptive"]},
-        "head_c_in_loop": statistics.median(r["methods"][best]["c_in_loop"] for r in rows),
-        "bf16_c_in_loop": statistics.median(r["methods"]["bf16 k=3"]["c_in_loop"] for r in rows),
-        "head_best_k": best,
-        "adaptive_worst_vs_plain": min(r["methods"]["head adaptive"]["speedup"] for r in rows),
-        "adaptive_worst_vs_best_k": min(r["methods"]["head adaptive"]["speedup"] / r["methods"][best]["speedup"] for r in rows),
-        "all_identical": all(v["identical"] for r in rows for v in r["methods"].values()),
-    }
-
-
-def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
-    timings = {name: Timing() for name in methods}
-    outputs: dict[str, list[int]] = {}
-    names = list(methods)
-    for repeat in range(repeats):
-        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:  # interleaved, rotated
-            run = methods[name]
-            started = time.perf_counter()
-            tokens, steps, finished = run()
-            timings[name].seconds.append(time.perf_counter() - started)
-            timings[name].tokens.append(len(tokens))
-            outputs[name] = tokens
-            if finished is not None:
-                record_counters(timings[name], steps, finished)
-    return timings, outputs
-
-
-def record_counters(timing: Timing, steps: list, finished: Finished) -> None:
-    s = finished.summary
-    timing.acceptance_rate = s.acceptance_rate
-    timing.mean_accepted_length = s.mean_accepted_length
-    timing.draft_pass_seconds += draft_pass_seconds(steps)
-    timing.step_seconds += plain_step_seconds(steps)
-    timing.position_acceptance = per_position_acceptance(steps)
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -233,6 +76,9 @@ def main() -> None:
     parser.add_argument("--drafters", action="store_true", help="only the per-drafter table (acceptance, speedup)")
     parser.add_argument("--costs", action="store_true", help="only this machine's costs: c, T(n)/T(1), the head at each k")
     parser.add_argument("--max-k", type=int, default=6, help="--costs: the head is run at k = 1..max-k")
+    parser.add_argument("--suite", choices=["spec_bench", "realistic"], help="per category: chain, tree, hybrid, n-gram, bf16")
+    parser.add_argument("--per-category", type=int, default=3, help="--suite: prompts per category")
+    parser.add_argument("--ks", default="2,3,4", help="--suite: the head chain's fixed k values (the best is reported)")
     parser.add_argument("--force-avx2", action="store_true", help="run as on a CPU without AVX-512 (no oneDNN bfloat16)")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -242,6 +88,9 @@ def main() -> None:
         return
     if args.costs:
         write_report(cost_report(args), args.out, "costs")
+        return
+    if args.suite:
+        write_report(suite_report(args), args.out, f"suite-{args.suite}")
         return
 
     target = load_model(EMBEDDED_ID)
@@ -297,16 +146,6 @@ def main() -> None:
     write_report(report, args.out, "bench")
 
 
-def write_report(report: dict, folder: str, kind: str) -> None:
-    out = Path(folder)
-    out.mkdir(exist_ok=True)
-    path = out / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}.json"
-    path.write_text(json.dumps(report, indent=2))
-    if kind == "costs":
-        print(json.dumps({k: report[k] for k in ("machine", "target_kernels", "T1_ms", "T5/T1", "T9/T1", "c_at_load", "draft_kernels", "summary")}, indent=1))
-    print(f"\nwrote {path}")
-
-
 def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], ks: dict[str, int]) -> dict:
     # c from the same runs: a draft pass over a decode step of plain decoding.
     costs = {d: cost_ratio(timings[f"ours {d} k"].draft_pass_seconds, timings["ours plain"].step_seconds) for d in ks}
@@ -329,6 +168,8 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
     row["theory"] = {}
     for drafter, k in ks.items():
         a, c = timings[f"ours {drafter} k"].acceptance_rate or 0.0, costs[drafter]
+        if c is None:  # too few drafting steps to time one (a run of a few tokens)
+            continue
         theory = expected_speedup(a, k, c)
         measured = row["methods"][f"ours {drafter} k"]["speedup_vs_ours_plain"]
         row["theory"][drafter] = {"a": a, "c": c, "k": k, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
@@ -367,9 +208,10 @@ def summarize_report(rows: list[dict]) -> dict:
         speedups = [m for m in mine[0]["methods"] if m.startswith("ours") and m not in ("ours plain", "ours plain T=1")]
         for method in speedups:
             entry[f"speedup {method}"] = statistics.median(r["methods"][method]["speedup_vs_ours_plain"] for r in mine)
-        for drafter in mine[0]["theory"]:
-            entry[f"c ({drafter})"] = statistics.median(r["theory"][drafter]["c"] for r in mine)
-            entry[f"measured / theory ({drafter}, k)"] = statistics.median(r["theory"][drafter]["measured_over_theory"] for r in mine)
+        for drafter in dict.fromkeys(d for r in mine for d in r["theory"]):
+            timed = [r["theory"][drafter] for r in mine if drafter in r["theory"]]
+            entry[f"c ({drafter})"] = statistics.median(t["c"] for t in timed)
+            entry[f"measured / theory ({drafter}, k)"] = statistics.median(t["measured_over_theory"] for t in timed)
         entry["eagle acceptance by position"] = [
             round(statistics.median(p), 3)
             for p in zip(*[r["methods"]["ours eagle k"]["acceptance_by_position"] for r in mine])
@@ -382,7 +224,7 @@ def summarize_report(rows: list[dict]) -> dict:
 
 
 def print_prompt(row: dict) -> None:
-    costs = ", ".join(f"c({d}) = {c:.3f}" for d, c in row["cost_ratio"].items())
+    costs = ", ".join(f"c({d}) = " + ("n/a" if c is None else f"{c:.3f}") for d, c in row["cost_ratio"].items())
     print(f"\n[{row['workload']}] {row['prompt'][:70]!r}  ({costs})")
     for method, v in row["methods"].items():
         ident = {None: "  ", True: "= ", False: "≠ "}[v["identical_to_ours_plain"]]

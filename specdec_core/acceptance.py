@@ -5,6 +5,13 @@ rule is written here, tensor in and tensor out, following Leviathan et al. 2022 
 and Chen et al. 2023: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first
 rejection draw the replacement from norm(max(0, p_i - q_i)); if all k are accepted draw a
 bonus token from p_{k+1}. Greedy decoding is the limit: accept while argmax p_i == x_i.
+
+Over a tree, the same rule walks down from the root and tries a node's children in draft order
+(SpecInfer, Miao et al. 2024, multi-candidate rejection; EAGLE's evaluate_posterior): a child x
+drawn from q is accepted with min(1, p(x)/q(x)); after a rejection p becomes norm(max(0, p - q))
+before the next sibling is tried; if every child is refused the correction is drawn from what is
+left of p. A child chosen deterministically (a tree's top-k, an n-gram guess) has q one-hot on
+it: accepted with p(x), else x is struck from p. A chain is the tree with one child per node.
 """
 
 from __future__ import annotations
@@ -13,66 +20,85 @@ from dataclasses import dataclass
 
 import torch
 
+from .drafters.tree import chain, children
 from .sampling import Sampler
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    accepted_count: int
+    path: tuple[int, ...]  # the accepted nodes, root to leaf
     next_token: int  # the correction after a rejection, else the bonus token
-    target_token_probs: tuple[float, ...]  # p_i(x_i) for each drafted token
-    draft_token_probs: tuple[float, ...] | None  # q_i(x_i), None when the drafter gave no q
-    accept_probs: tuple[float, ...]  # min(1, p/q), or 1/0 when greedy
+    target_token_probs: tuple[float, ...]  # p(x) of each node at its parent
+    draft_token_probs: tuple[float, ...] | None  # q(x) of each node, None when the drafter gave no q
+    accept_probs: tuple[float, ...]  # min(1, p/q) per node, or 1/0 when greedy
     next_token_prob: float  # p(next_token) at its position
+
+    @property
+    def accepted_count(self) -> int:
+        return len(self.path)
 
 
 def verify(
-    draft_tokens: torch.Tensor,  # [k] int64
-    draft_probs: torch.Tensor | None,  # [k, V]; None means q is one-hot on each drafted token
-    target_probs: torch.Tensor,  # [k + 1, V]
+    draft_tokens: torch.Tensor,  # [N] int64
+    draft_probs: torch.Tensor | None,  # [N, V] the distribution each node was drawn from; None: chosen deterministically
+    target_probs: torch.Tensor,  # [N + 1, V]: row 0 at the root (the last context token), row i + 1 at node i
     sampler: Sampler,
+    parents: tuple[int, ...] | None = None,  # None: a chain
+    draft_confidence: torch.Tensor | None = None,  # [N] q(x) to report when draft_probs is None (a tree's top-k)
 ) -> Verdict:
-    k = draft_tokens.shape[0]
-    positions = torch.arange(k)
-    p = target_probs[positions, draft_tokens]  # [k]
-    q = draft_probs[positions, draft_tokens] if draft_probs is not None else torch.ones(k)
-
-    if sampler.greedy:
-        target_choice = target_probs.argmax(dim=-1)  # [k + 1]
-        accepted = target_choice[:k] == draft_tokens
-        accept_probs = accepted.float()
+    n = draft_tokens.shape[0]
+    parents = chain(n) if parents is None else parents
+    at_parent = torch.tensor([parent + 1 for parent in parents], dtype=torch.long)
+    p = target_probs[at_parent, draft_tokens]  # [N]
+    if draft_probs is not None:
+        q = draft_probs[torch.arange(n), draft_tokens]
     else:
-        accept_probs = (p / q).clamp(max=1.0)
-        # r < min(1, p/q) with r ~ U[0, 1) accepts with probability exactly min(1, p/q).
-        accepted = sampler.uniform(k) < accept_probs
-
-    rejected_at = (~accepted).nonzero()
-    accepted_count = int(rejected_at[0]) if rejected_at.numel() else k
-
-    if accepted_count == k:  # bonus token from the target's last distribution
-        next_probs = target_probs[k]
-        next_token = int(target_choice[k]) if sampler.greedy else sampler.pick(next_probs)
-    elif sampler.greedy:  # correction: the target's argmax where the draft went wrong
-        next_probs = target_probs[accepted_count]
-        next_token = int(target_choice[accepted_count])
-    else:  # correction: resample from the residual norm(max(0, p - q))
-        next_probs = target_probs[accepted_count]
-        draft_row = _draft_row(draft_tokens, draft_probs, accepted_count, next_probs.shape[0])
-        residual = (next_probs - draft_row).clamp(min=0.0)
-        next_token = sampler.pick(residual / residual.sum())
-
+        q = draft_confidence if draft_confidence is not None else torch.ones(n)
+    if sampler.greedy:
+        accept_probs = (target_probs.argmax(dim=-1)[at_parent] == draft_tokens).float()
+    else:
+        accept_probs = (p / q).clamp(max=1.0) if draft_probs is not None else p
+    path, next_token = _walk(draft_tokens, draft_probs, target_probs, sampler, children(parents))
     return Verdict(
-        accepted_count=accepted_count,
+        path=tuple(path),
         next_token=next_token,
         target_token_probs=tuple(p.tolist()),
-        draft_token_probs=tuple(q.tolist()) if draft_probs is not None else None,
+        draft_token_probs=tuple(q.tolist()) if draft_probs is not None or draft_confidence is not None else None,
         accept_probs=tuple(accept_probs.tolist()),
-        next_token_prob=float(next_probs[next_token]),
+        next_token_prob=float(target_probs[path[-1] + 1 if path else 0, next_token]),
     )
 
 
+def _walk(tokens, draft_probs, target_probs, sampler: Sampler, kids: dict[int, list[int]]) -> tuple[list[int], int]:
+    """The accepted path from the root, and the correction or bonus token after it."""
+    path: list[int] = []
+    node = -1
+    while True:
+        p = target_probs[node + 1]  # [V] the target at this node
+        if sampler.greedy:
+            choice = int(p.argmax())
+            accepted = next((c for c in kids[node] if int(tokens[c]) == choice), None)
+            if accepted is None:
+                return path, choice  # a correction, or the bonus token after a leaf
+        else:
+            accepted = None
+            for child in kids[node]:
+                q = _draft_row(tokens, draft_probs, child, p.shape[0])
+                x = int(tokens[child])
+                # r < min(1, p/q) with r ~ U[0, 1) accepts with probability exactly min(1, p/q).
+                if float(sampler.uniform(1)[0]) < min(1.0, float(p[x] / q[x])):
+                    accepted = child
+                    break
+                residual = (p - q).clamp(min=0.0)  # what the rejected guess leaves of p
+                p = residual / residual.sum()
+            if accepted is None:
+                return path, sampler.pick(p)  # resampled from the residual, or the bonus token from p
+        path.append(accepted)
+        node = accepted
+
+
 def _draft_row(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None, i: int, vocab: int) -> torch.Tensor:
-    """q_i as a full distribution [V]; one-hot on the drafted token for model-free drafters."""
+    """q as a full distribution [V] for node i; one-hot on its token when it was chosen deterministically."""
     if draft_probs is not None:
         return draft_probs[i]
     return torch.nn.functional.one_hot(draft_tokens[i], vocab).float()

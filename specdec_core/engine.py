@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 
 from .acceptance import verify
 from .config import DraftConfig, GenerationConfig
-from .drafters.base import Drafter
+from .drafters.base import Draft, Drafter
 from .errors import SpecDecError
 from .events import Event, Finished, PlainStep, SpecStep, Step
 from .kv_cache import CachedModel
@@ -58,6 +58,8 @@ class _Run:
         self.deadline = None if config.max_seconds is None else time.perf_counter() + config.max_seconds
         # Set by speculative() for a drafter that reads the target's hidden states (drafters/eagle.py).
         self.feature_sink: Callable[[int, torch.Tensor], None] | None = None
+        self._pass_start = self._tail = 0  # where the latest target pass began, and its context tokens
+        self._features = torch.empty(0)  # [tail + N, H] of the latest pass, for the feature sink
         self.steps: list[Step] = []
         self.generated = 0
         self.stop_reason: str | None = None
@@ -66,15 +68,27 @@ class _Run:
     def remaining(self) -> int:
         return self.budget - self.generated
 
-    def target_probs(self, new_tokens: list[int], positions: int) -> torch.Tensor:
-        """One target pass over everything it has not seen yet; probabilities [positions, V]."""
-        start = self.target.length
-        feed = self.context[start:] + new_tokens
+    def target_pass(self, draft: Draft | None = None) -> torch.Tensor:
+        """One target pass over everything it has not seen yet, plus the draft's nodes; probabilities
+        [N + 1, V]: row 0 at the last context token, row i + 1 at node i."""
+        self._pass_start = start = self.target.length
+        tail = self.context[start:]
+        self._tail = len(tail)
+        nodes = list(draft.tokens) if draft else []
+        parents = draft.parents if nodes else None
         if self.feature_sink is None:
-            return self.sampler.probs(self.target.forward(feed, logits_to_keep=positions))
-        logits, features = self.target.forward_with_features(feed, logits_to_keep=positions)
-        self.feature_sink(start, features)  # [len(feed), H] for positions start..; the rejected ones get overwritten
+            logits = self.target.forward(tail + nodes, len(nodes) + 1, parents)
+        else:
+            logits, self._features = self.target.forward_with_features(tail + nodes, len(nodes) + 1, parents)
         return self.sampler.probs(logits)
+
+    def keep(self, path: tuple[int, ...] = ()) -> None:
+        """After a pass: the target's cache (KV compaction) and a feature drafter keep the context tail
+        and the accepted path, in context order; the refused nodes are gone."""
+        rows = list(range(self._tail)) + [self._tail + node for node in path]
+        self.target.keep(self._pass_start, rows)
+        if self.feature_sink is not None:
+            self.feature_sink(self._pass_start, self._features[rows])  # [len(rows), H]
 
     def emit(self, tokens: list[int]) -> tuple[int, ...]:
         """Appends tokens to the context, cut after an end token or at the budget."""
@@ -98,7 +112,8 @@ class _Run:
 
     def plain_step(self) -> PlainStep:
         started = time.perf_counter()
-        probs = self.target_probs([], positions=1)[0]
+        probs = self.target_pass()[0]
+        self.keep()
         token = self.sampler.pick(probs)
         emitted = self.emit([token])
         return PlainStep(token, float(probs[token]), time.perf_counter() - started, emitted)
@@ -150,20 +165,22 @@ def speculative(
 def _speculative_step(run: _Run, drafter: Drafter, k: int) -> SpecStep:
     draft = drafter.propose(run.context, k, run.sampler)
     started = time.perf_counter()
-    draft_tokens = list(draft.tokens)
-    target_probs = run.target_probs(draft_tokens, positions=len(draft_tokens) + 1)  # [k + 1, V]
-    verdict = verify(torch.tensor(draft_tokens, dtype=torch.long), draft.probs, target_probs, run.sampler)
-    emitted = run.emit(draft_tokens[: verdict.accepted_count] + [verdict.next_token])
-    # KV rollback: the target cache keeps the context minus its newest token (fed next step);
-    # the rejected drafts behind it are dropped without recomputing anything.
+    target_probs = run.target_pass(draft)  # [N + 1, V]
+    tokens = torch.tensor(draft.tokens, dtype=torch.long)
+    verdict = verify(tokens, draft.probs, target_probs, run.sampler, draft.parents, draft.confidence)
+    # KV compaction, then rollback: the target cache keeps the context minus its newest token (fed
+    # next step); refused nodes are dropped without recomputing anything.
+    run.keep(verdict.path)
+    emitted = run.emit([draft.tokens[node] for node in verdict.path] + [verdict.next_token])
     run.target.rollback(len(run.context) - 1)
     drafter.observe(verdict.accepted_count)
     return SpecStep(
         draft_tokens=draft.tokens,
+        parents=draft.parents,
+        path=verdict.path,
         draft_probs=verdict.draft_token_probs,
         target_probs=verdict.target_token_probs,
         accept_probs=verdict.accept_probs,
-        accepted_count=verdict.accepted_count,
         next_token=verdict.next_token,
         next_token_prob=verdict.next_token_prob,
         emitted_tokens=emitted,

@@ -35,14 +35,16 @@ class PlainStep:
 
 @dataclass(frozen=True, slots=True)
 class SpecStep:
-    """One draft-then-verify round: k drafted tokens, one target pass over all of them."""
+    """One draft-then-verify round: a drafted tree of N nodes (a chain when each has one child),
+    one target pass over all of them, and the path the target accepted."""
 
-    draft_tokens: tuple[int, ...]
-    draft_probs: tuple[float, ...] | None  # q_i(x_i); None for model-free drafters (q is one-hot)
-    target_probs: tuple[float, ...]  # p_i(x_i) for each drafted token
-    accept_probs: tuple[float, ...]  # min(1, p/q) per drafted token; 1 or 0 when greedy
-    accepted_count: int
-    next_token: int  # the correction (after a rejection) or the bonus token (after full acceptance)
+    draft_tokens: tuple[int, ...]  # the N drafted nodes' tokens, parents before children
+    parents: tuple[int, ...]  # parent of each node; -1: a child of the root (the last context token)
+    path: tuple[int, ...]  # the accepted nodes, root to leaf
+    draft_probs: tuple[float, ...] | None  # q(x) of each node under the draft; None for model-free drafters
+    target_probs: tuple[float, ...]  # p(x) of each node under the target at its parent
+    accept_probs: tuple[float, ...]  # min(1, p/q) per node; 1 or 0 when greedy
+    next_token: int  # the correction (after a rejection) or the bonus token (after the path ends at a leaf)
     next_token_prob: float  # p(next_token) under the target
     emitted_tokens: tuple[int, ...]  # accepted drafts + next token, cut at EOS / the token budget
     draft_passes: int
@@ -54,15 +56,29 @@ class SpecStep:
         return len(self.draft_tokens)
 
     @property
+    def accepted_count(self) -> int:
+        return len(self.path)
+
+    @property
+    def accepted_tokens(self) -> tuple[int, ...]:
+        return tuple(self.draft_tokens[i] for i in self.path)
+
+    @property
     def rejected_count(self) -> int:
-        """Drafts not accepted: the first refused one and those after it, which are discarded unverified."""
-        return len(self.draft_tokens) - self.accepted_count
+        """Drafts not accepted: refused ones, and those below them, which are discarded unverified."""
+        return len(self.draft_tokens) - len(self.path)
+
+    @property
+    def is_chain(self) -> bool:
+        return all(parent == node - 1 for node, parent in enumerate(self.parents))
 
     @property
     def rejected_token(self) -> int | None:
-        if self.accepted_count < len(self.draft_tokens):
-            return self.draft_tokens[self.accepted_count]
-        return None
+        """The draft's first guess where the target disagreed: the first child of the path's last
+        node; None when that node is a leaf (everything drafted along the path was accepted)."""
+        last = self.path[-1] if self.path else -1
+        first_child = next((node for node, parent in enumerate(self.parents) if parent == last), None)
+        return None if first_child is None else self.draft_tokens[first_child]
 
     @property
     def next_outcome(self) -> Outcome:

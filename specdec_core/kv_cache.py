@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
+
+from .drafters.tree import attention_mask, positions
+from .errors import SpecDecError
 
 
 class CachedModel:
@@ -27,24 +31,37 @@ class CachedModel:
     def length(self) -> int:
         return self.cache.get_seq_length()
 
-    def forward(self, token_ids: list[int], logits_to_keep: int = 1) -> torch.Tensor:
-        """Appends token_ids to the cache; returns float32 logits [logits_to_keep, V] for the last positions."""
-        return self._forward(token_ids, logits_to_keep, with_features=False)[0]
+    def forward(self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Appends token_ids to the cache; returns float32 logits [logits_to_keep, V] for the last positions.
 
-    def forward_with_features(self, token_ids: list[int], logits_to_keep: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        parents: the last len(parents) tokens are a draft tree (drafters/tree.py), each attending to
+        the context and its own ancestors only; the tokens before them continue the context."""
+        return self._forward(token_ids, logits_to_keep, False, parents)[0]
+
+    def forward_with_features(
+        self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """As forward, plus the last layer's hidden states [len(token_ids), H] (before the final norm)."""
-        logits, features = self._forward(token_ids, logits_to_keep, with_features=True)
+        logits, features = self._forward(token_ids, logits_to_keep, True, parents)
         return logits, features
 
     @torch.inference_mode()
-    def _forward(self, token_ids: list[int], logits_to_keep: int, with_features: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward(
+        self, token_ids: list[int], logits_to_keep: int, with_features: bool, parents: tuple[int, ...] | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_ids = torch.tensor([token_ids], device=self.device)
+        tree = {}
+        if parents:  # a 4D mask and explicit positions, which transformers uses as given
+            tail, cached = len(token_ids) - len(parents), self.length
+            tree = {"attention_mask": attention_mask(parents, tail, cached).to(self.device),
+                    "position_ids": positions(parents, tail, cached).to(self.device)}
         out = self.model(
             input_ids=input_ids,
             cache=self.cache,
             use_cache=True,
             logits_to_keep=logits_to_keep,
             output_hidden_states=[-1] if with_features else None,
+            **tree,
         )
         self.passes += 1
         features = out.hidden_states[-1][0].float().cpu() if with_features else None
@@ -63,6 +80,20 @@ class CachedModel:
         for i in range(len(self.cache.layers)):
             layer = source.cache.layers[i]
             self.cache.update(layer.keys[..., :length, :].to(dtype), layer.values[..., :length, :].to(dtype), i)
+
+    def keep(self, start: int, rows: list[int]) -> None:
+        """KV compaction after a tree step: of the positions from `start` on, keeps only `rows` (the
+        fed context tail and the accepted path), moved to sit right after the kept prefix. The cache
+        then equals one computed over those tokens alone: each kept entry saw only its ancestors."""
+        if rows == list(range(len(rows))):  # a chain's path is already a prefix: nothing moves
+            self.rollback(start + len(rows))
+            return
+        index = torch.cat([torch.arange(start), start + torch.tensor(rows, dtype=torch.long)]).to(self.device)
+        for layer in self.cache.layers:
+            if type(layer) is not DynamicLayer:  # sliding windows drop entries: a moved one could be gone
+                raise SpecDecError("Draft trees need a model whose cache keeps every position (no sliding window).")
+            layer.keys = layer.keys.index_select(-2, index)
+            layer.values = layer.values.index_select(-2, index)
 
     def rollback(self, length: int) -> None:
         """Drops cached positions past `length`: the rejected drafts. No recomputation of the kept prefix."""

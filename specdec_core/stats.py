@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
+from .drafters.tree import depths
 from .events import Event, Finished, SpecStep, Step, Summary
 
 
@@ -33,11 +34,12 @@ def summarize(steps: Iterable[Step], stop_reason: str) -> Summary:
 
 
 def per_position_acceptance(steps: Iterable[Step]) -> list[float]:
-    """Acceptance rate at draft position i: accepted at i / drafted at i."""
+    """Acceptance at draft depth i: steps whose accepted path reached depth i / steps that drafted
+    that deep. For a chain, depth is position: accepted at i / drafted at i."""
     drafted: list[int] = []
     accepted: list[int] = []
     for s in steps:
-        for i in range(s.drafted_count):
+        for i in range(max(depths(s.parents), default=0) if isinstance(s, SpecStep) else 0):
             if i == len(drafted):
                 drafted.append(0)
                 accepted.append(0)

@@ -1,16 +1,18 @@
 """Drafters: the protocol (base), prompt lookup (ngram), causal LMs and the target's self-copies
-(model_draft), the EAGLE head (eagle: the model, its file format and its drafter; head_variants:
-how it runs on this machine). make_drafter turns a drafter spec into a fresh drafter for one run.
+(model_draft), the EAGLE head (eagle: the model, its file format and its chain or tree drafter;
+head_variants: how it runs on this machine), tree geometry (tree), lookup and head in one tree (hybrid). make_drafter turns a drafter spec into a fresh drafter for one run.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..models import LoadedModel, check_same_vocabulary, load_model
+from ..models import LoadedModel, check_same_vocabulary, default_dtype, load_model
+from ..tuning import cost_curve, draft_pass, measured_cost_ratio, record_draft_pass
 from .base import Draft, Drafter
-from .eagle import EagleDrafter
-from .head_variants import DRAFT_EAGLE_PREFIX, eagle_head
+from .eagle import EagleDrafter, TreeShape
+from .head_variants import DRAFT_EAGLE_PREFIX, DRAFT_EAGLE_TREE_PREFIX, DRAFT_HYBRID_PREFIX, eagle_head
+from .hybrid import HybridDrafter
 from .model_draft import EARLY_EXIT_LAYERS, ModelDrafter, early_exit_copy, measure_draft_pass, reduced_copy
 from .ngram import NgramDrafter
 
@@ -19,14 +21,26 @@ DRAFT_BF16 = "self:bfloat16"
 DRAFT_EARLY_EXIT = "self:early-exit"
 DRAFT_NGRAM = "ngram"
 DRAFT_EAGLE = DRAFT_EAGLE_PREFIX + "eagle-smollm2-135m"  # the head trained here for the embedded target
+DRAFT_EAGLE_TREE = DRAFT_EAGLE_TREE_PREFIX + "eagle-smollm2-135m"  # the same head drafting EAGLE-2 trees
+DRAFT_HYBRID = DRAFT_HYBRID_PREFIX + "eagle-smollm2-135m"  # n-gram lookup and the head's tree in one tree
 
 
 def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) -> Drafter:
-    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT, "eagle:<folder in assets/>" or a model source."""
+    """A fresh drafter for one run: DRAFT_NGRAM, DRAFT_BF16, DRAFT_EARLY_EXIT, "eagle:<folder in assets/>" (a chain),
+    "eagle-tree:<folder>" (EAGLE-2 trees sized by this machine's cost curve), "hybrid:<folder>" or a model source."""
     if spec == DRAFT_NGRAM:
         return NgramDrafter()
     if spec.startswith(DRAFT_EAGLE_PREFIX):
         return EagleDrafter(eagle_head(target.source, spec.removeprefix(DRAFT_EAGLE_PREFIX)), "EAGLE head")
+    if spec.startswith((DRAFT_EAGLE_TREE_PREFIX, DRAFT_HYBRID_PREFIX)):
+        prefix, folder = spec.split(":", 1)
+        head = eagle_head(target.source, folder)
+        chain_spec = DRAFT_EAGLE_PREFIX + folder
+        c = measured_cost_ratio(target.source, default_dtype(), chain_spec) or 0.0
+        if (measured := draft_pass(target.source, chain_spec)) is not None:  # the same head, one pass per level
+            record_draft_pass(target.source, spec, *measured)
+        tree = EagleDrafter(head, "EAGLE tree", TreeShape(), cost_curve(target.model), c)
+        return tree if prefix + ":" == DRAFT_EAGLE_TREE_PREFIX else HybridDrafter(tree)
     if spec == DRAFT_BF16:
         model = reduced_copy(target.source, torch.bfloat16)
         measure_draft_pass(target, spec, model)

@@ -19,8 +19,12 @@ from ..sampling import Sampler
 
 @dataclass(frozen=True, slots=True)
 class Draft:
+    """A drafted tree of N nodes (tree.py); a chain when parents == tree.chain(N)."""
+
     tokens: tuple[int, ...]
-    probs: torch.Tensor | None  # [len(tokens), V] the draft distribution q at each position; None: no q
+    parents: tuple[int, ...]  # parent of each node, -1 for the root's children; parents come first
+    probs: torch.Tensor | None  # [N, V] the distribution q each node was sampled from; None: chosen deterministically
+    confidence: torch.Tensor | None  # [N] q(x) of each node's token, to show; None for model-free drafters
     passes: int  # draft forward passes spent (0 for model-free drafters)
     seconds: float
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,7 +42,9 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from ..errors import ModelLoadError
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
+from ..tuning import CostCurve
 from .base import Draft
+from .tree import chain, choose_size, depths, path_to
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -169,14 +172,6 @@ def _rows_of(lm_head: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> nn.Li
     return rows
 
 
-def causal_mask(queries: int, cached: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Additive mask [1, 1, queries, cached + queries]: query i sees the cache and queries 0..i.
-
-    Built by hand because torch's is_causal aligns to the top left, wrong when a cache comes first."""
-    allowed = torch.ones(queries, cached + queries, dtype=torch.bool).tril(cached)
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
-
-
 # ---- files ----------------------------------------------------------------------------------------
 
 
@@ -222,12 +217,27 @@ def load_head(folder: Path, target: PreTrainedModel, dtype: torch.dtype | None =
 # ---- the drafter ------------------------------------------------------------------------------------
 
 
-class EagleDrafter:
-    """Drafts with an EagleHead: a chain of k head passes, the first from the target's real features."""
+@dataclass(frozen=True, slots=True)
+class TreeShape:
+    """An EAGLE-2 draft tree: `width` candidates per expanded node and `width` nodes expanded per level,
+    over the draft length k levels; tree.choose_size then keeps at most `longest` of the best nodes."""
 
-    def __init__(self, head: EagleHead, name: str = "EAGLE head") -> None:
+    width: int = 3
+    longest: int = 16
+
+
+class EagleDrafter:
+    """Drafts with an EagleHead, the first pass from the target's real features: a chain of k head
+    passes, or (with a TreeShape) an EAGLE-2 tree k levels deep, one head pass per level."""
+
+    def __init__(self, head: EagleHead, name: str = "EAGLE head", tree: TreeShape | None = None,
+                 verify_costs: CostCurve | None = None, pass_cost: float = 0.0) -> None:
+        """verify_costs and pass_cost (c): this machine's, measured at load (tuning.py); they size the tree."""
         self.name = name
         self.head = head
+        self.tree = tree
+        self._verify_costs = verify_costs
+        self._pass_cost = pass_cost
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
         self._device = head.feature_scale.device  # the target's: the head reads its embedding
@@ -254,31 +264,108 @@ class EagleDrafter:
         if extra > 0:
             self._cache.crop(-extra)
         start = self._real_entries
-        predicted = self._run(self._features[start:real_end], context[start + 1 : real_end + 1], start)[-1:]
+        positions = torch.arange(start, real_end)
+        predicted = self._run(self._features[start:real_end], context[start + 1 : real_end + 1], positions, causal_mask(real_end - start, start))[-1:]
         self._real_entries = real_end
-        tokens: list[int] = []
-        rows: list[torch.Tensor] = []
-        for i in range(k):
-            if i:
-                predicted = self._run(predicted, [tokens[-1]], real_end + i - 1)
-            q = sampler.probs(self._full_vocab(self.head.logits(predicted)))[0]  # [V]
-            tokens.append(sampler.pick(q))
-            rows.append(q)
-        return Draft(tuple(tokens), torch.stack(rows), k, time.perf_counter() - started)
+        draft = self._chain(predicted, real_end, k, sampler) if self.tree is None else self._tree(predicted, real_end, k, sampler)
+        return Draft(*draft, seconds=time.perf_counter() - started)
 
     def observe(self, accepted_count: int) -> None:
         """Nothing here: the verified positions' real features arrive through observe_features."""
 
-    def _run(self, features: torch.Tensor, tokens: list[int], start: int) -> torch.Tensor:
-        """Appends len(tokens) entries at positions start.. to the head cache; their predictions [n, H]."""
-        n = len(tokens)
-        positions = torch.arange(start, start + n, device=self._device)[None]
-        mask = causal_mask(n, start, features.dtype).to(self._device) if n > 1 else None
-        out = self.head(features[None], torch.tensor([tokens], device=self._device), positions, self._cache, mask)
+    def _chain(self, predicted: torch.Tensor, real_end: int, k: int, sampler: Sampler) -> tuple:
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for i in range(k):
+            if i:
+                predicted = self._run(predicted, [tokens[-1]], torch.tensor([real_end + i - 1]), None)
+            q = self._q(predicted, sampler)[0]  # [V]
+            tokens.append(sampler.pick(q))
+            rows.append(q)
+        probs = torch.stack(rows)
+        return tuple(tokens), chain(k), probs, probs[torch.arange(k), tokens], k
+
+    def _tree(self, predicted: torch.Tensor, real_end: int, depth: int, sampler: Sampler) -> tuple:
+        """EAGLE-2: expand the `width` best nodes of each level (score: the product of draft
+        probabilities along the path), one head pass per level, then keep the best nodes overall."""
+        width = self.tree.width
+        tokens: list[int] = []
+        parents: list[int] = []
+        log_scores: list[float] = []
+        confidence: list[float] = []
+        head_entry: dict[int, int] = {}  # node -> its entry in the head cache (expanded nodes only)
+
+        def add_children(parent: int, q: torch.Tensor, parent_score: float) -> None:
+            top = q.topk(width)
+            for prob, token in zip(top.values.tolist(), top.indices.tolist()):
+                if prob > 0:  # q is zero outside the draft vocabulary
+                    tokens.append(token), parents.append(parent), confidence.append(prob)
+                    log_scores.append(parent_score + math.log(prob))
+
+        add_children(-1, self._q(predicted, sampler)[0], 0.0)
+        frontier = list(range(len(tokens)))
+        node_feature = {-1: predicted[0]}
+        for level in range(1, depth):
+            cached = self._cache.get_seq_length()
+            mask = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
+            mask[:, : self._real_entries] = True
+            for row, node in enumerate(frontier):
+                for ancestor in path_to(tuple(parents), parents[node]):
+                    mask[row, head_entry[ancestor]] = True
+                mask[row, cached + row] = True
+                head_entry[node] = cached + row
+            features = torch.stack([node_feature[parents[node]] for node in frontier])
+            positions = torch.full((len(frontier),), real_end + level - 1)
+            out = self._run(features, [tokens[node] for node in frontier], positions, mask)
+            qs = self._q(out, sampler)  # [F, V]
+            first_new = len(tokens)
+            for row, node in enumerate(frontier):
+                node_feature[node] = out[row]
+                add_children(node, qs[row], log_scores[node])
+            new = range(first_new, len(tokens))
+            frontier = sorted(new, key=lambda n: -log_scores[n])[:width]
+        return self._best_nodes(tokens, parents, log_scores, confidence, passes=depth)
+
+    def _best_nodes(self, tokens, parents, log_scores, confidence, passes: int) -> tuple:
+        """The nodes worth verifying on this machine (tree.choose_size), parents first."""
+        # Best first; a child never outscores its parent, and depth breaks ties, so any prefix is a tree.
+        depth = depths(tuple(parents))
+        ranked = sorted(range(len(tokens)), key=lambda n: (-log_scores[n], depth[n]))
+        scores = [math.exp(log_scores[n]) for n in ranked]
+        count = choose_size(scores, self._verify_costs, passes * self._pass_cost, self.tree.longest)
+        kept = sorted(ranked[:count], key=lambda n: (depth[n], n))
+        index = {node: i for i, node in enumerate(kept)}
+        kept_parents = tuple(-1 if parents[n] < 0 else index[parents[n]] for n in kept)
+        return (tuple(tokens[n] for n in kept), kept_parents, None, torch.tensor([confidence[n] for n in kept]), passes)
+
+    def _q(self, predicted: torch.Tensor, sampler: Sampler) -> torch.Tensor:
+        """The draft distribution [n, V] over the target's ids from predicted features [n, H]."""
+        return sampler.probs(self._full_vocab(self.head.logits(predicted)))
+
+    def _run(self, features: torch.Tensor, tokens: list[int], positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Appends len(tokens) entries at the given positions to the head cache; their predictions [n, H].
+        mask: [n, cached + n] bool (True = attend), or None for one entry that sees everything."""
+        additive = None if mask is None else additive_mask(mask, features.dtype).to(self._device)
+        ids = torch.tensor([tokens], device=self._device)
+        out = self.head(features[None], ids, positions[None].to(self._device), self._cache, additive)
         return out[0]
 
     def _full_vocab(self, draft_logits: torch.Tensor) -> torch.Tensor:
-        """Draft-vocabulary logits [1, N] spread over the target's ids [1, V], -inf elsewhere (q = 0 there)."""
+        """Draft-vocabulary logits [n, N] spread over the target's ids [n, V], -inf elsewhere (q = 0 there)."""
         full = torch.full((draft_logits.shape[0], self.head.config.vocab_size), float("-inf"))
         full[:, self._draft_to_target] = draft_logits.float().cpu()
         return full
+
+
+def causal_mask(queries: int, cached: int) -> torch.Tensor | None:
+    """[queries, cached + queries] bool: query i sees the cache and queries 0..i; None for one query.
+
+    Built by hand because torch's is_causal aligns to the top left, wrong when a cache comes first."""
+    if queries <= 1:
+        return None
+    return torch.ones(queries, cached + queries, dtype=torch.bool).tril(cached)
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask [q, kv] (True = attend) as the additive float [1, 1, q, kv] the head's layer takes."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)[None, None]

@@ -18,6 +18,8 @@ from .eagle import EagleHead, load_head
 
 HEADS_DIR = Path(__file__).resolve().parents[2] / "assets"  # "eagle:<folder in assets/>": a head trained by training/
 DRAFT_EAGLE_PREFIX = "eagle:"
+DRAFT_EAGLE_TREE_PREFIX = "eagle-tree:"
+DRAFT_HYBRID_PREFIX = "hybrid:"
 
 
 def eagle_head(source: str, folder_name: str) -> EagleHead:

@@ -16,6 +16,7 @@ from ..tuning import CONTEXT_TOKENS, measured_cost_ratio, median_seconds, record
 from ..sampling import Sampler
 from ..sources import classify, loaded_bytes, parameter_count
 from .base import Draft
+from .tree import chain
 
 EARLY_EXIT_LAYERS = 8  # of SmolLM2-135M's 30: a draft that is cheap and often wrong, on purpose
 
@@ -58,7 +59,8 @@ class ModelDrafter:
             rows.append(q)
             feed = [token]
         probs = torch.stack(rows) if rows else None
-        return Draft(tuple(tokens), probs, self._model.passes - passes_before, time.perf_counter() - started)
+        confidence = probs[torch.arange(len(tokens)), tokens] if rows else None
+        return Draft(tuple(tokens), chain(len(tokens)), probs, confidence, self._model.passes - passes_before, time.perf_counter() - started)
 
     def observe(self, accepted_count: int) -> None:
         # KV rollback: keep the context plus the accepted drafts this cache has seen; the

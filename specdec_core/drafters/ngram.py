@@ -7,6 +7,7 @@ import time
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from .base import Draft
+from .tree import chain
 
 
 class NgramDrafter:
@@ -25,7 +26,7 @@ class NgramDrafter:
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
         tokens = self._lookup(context, k)
-        return Draft(tokens, None, 0, time.perf_counter() - started)
+        return Draft(tokens, chain(len(tokens)), None, None, 0, time.perf_counter() - started)
 
     def _lookup(self, context: list[int], k: int) -> tuple[int, ...]:
         length = len(context)

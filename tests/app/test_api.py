@@ -6,7 +6,7 @@ from gradio_client import Client
 from app.handlers import COLUMN_HEADERS
 from app.ui import build_ui, launch
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
-from specdec_core.drafters import DRAFT_EAGLE
+from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID
 
 pytestmark = pytest.mark.slow
 RACE_DEFAULTS = dict(
@@ -28,7 +28,7 @@ def race(client, **overrides):
 
 
 def test_race_returns_both_panes_and_identical_greedy_outputs(client):
-    plain_pane, spec_pane, plot, summary, details = race(client, drafter=DRAFT_BF16)
+    plain_pane, spec_pane, plot, summary, details, tree, tree_step = race(client, drafter=DRAFT_BF16)
     assert "tok-accepted" in spec_pane
     assert "target only" in plain_pane and "speculative" in spec_pane
     assert details["identical"] is True
@@ -39,13 +39,24 @@ def test_race_returns_both_panes_and_identical_greedy_outputs(client):
 
 
 def test_race_with_the_trained_head_is_identical_and_shows_both_outcomes(client):
-    plain_pane, spec_pane, _, summary, details = race(
+    plain_pane, spec_pane, _, summary, details, _, _ = race(
         client, drafter=DRAFT_EAGLE, k=4, max_new_tokens=64,
         prompt="Write a short story about a fox who learns to fly. Keep it to one paragraph.",
     )
     assert details["identical"] is True
-    assert "tok-accepted" in spec_pane and "tok-rejected" in spec_pane  # the head is right and wrong
+    assert "tok-accepted" in spec_pane and "tok-marker" in spec_pane  # the head is right and wrong
+    assert "tok-rejected" not in spec_pane  # refused drafts are one marker per step unless shown inline
     assert 0 < details["spec"]["accepted"] < details["spec"]["drafted"]
+
+
+@pytest.mark.parametrize("drafter", [DRAFT_EAGLE_TREE, DRAFT_HYBRID])
+def test_tree_drafters_race_identically_and_return_the_tree_view(client, drafter):
+    *_, details, tree, tree_step = race(client, drafter=drafter, k=3, max_new_tokens=48,
+                                         prompt="Rename the variable x to total in: x = 1\nx = x + 2\nprint(x)")
+    assert details["identical"] is True
+    assert details["spec"]["target_passes"] < details["plain"]["target_passes"]
+    step = tree_step["value"] if isinstance(tree_step, dict) else tree_step  # a slider update: its value
+    assert tree is not None and step > 1  # the slider sits on the newest drafted step
 
 
 def test_race_streams_intermediate_updates(client):
@@ -78,14 +89,14 @@ def test_bad_input_gets_a_clear_message_and_the_app_keeps_working(client, overri
 
 def test_unicode_and_markup_in_the_prompt_are_rendered_safely(client):
     prompt = 'Répète: "<script>alert(1)</script>" \x00\x1b[31m ✓ 日本語 <img src=x onerror=alert(2)>'
-    plain_pane, spec_pane, _, summary, details = race(client, prompt=prompt, max_new_tokens=24)
+    plain_pane, spec_pane, _, summary, details, _, _ = race(client, prompt=prompt, max_new_tokens=24)
     for html in (plain_pane, spec_pane, summary):
         assert "<script" not in html and "<img" not in html
     assert details["identical"] is True
 
 
 def test_app_still_works_after_errors(client):
-    *_, details = race(client, max_new_tokens=8)
+    details = race(client, max_new_tokens=8)[4]
     assert details["identical"] is True
 
 
@@ -108,6 +119,18 @@ def test_workload_check_reports_each_prompt(client):
     assert all(row[headers.index(COLUMN_HEADERS["speedup"])] > 0 for row in rows)
     assert "custom" in status and "measure yours both ways" in status
     assert sorted(f.rsplit(".", 1)[-1] for f in files) == ["csv", "json"]
+
+
+def test_spec_bench_sets_run_through_the_workload_check(client):
+    status, table, chart, files = client.predict(
+        sets=["spec_bench:qa", "spec_bench:summarization"], own_prompts="", own_temperature=0.0, target=EMBEDDED_ID,
+        drafter=DRAFT_EAGLE, k=3, adaptive=False, max_new_tokens=12, api_name="/workload_check",
+    )
+    rows, headers = table["data"], table["headers"]
+    assert [row[headers.index(COLUMN_HEADERS["workload"])] for row in rows] == ["spec_bench:qa"] * 3 + ["spec_bench:summarization"] * 3
+    assert all(row[headers.index(COLUMN_HEADERS["identical"])] is True for row in rows)
+    assert all(row[headers.index(COLUMN_HEADERS["mean_accepted_length"])] >= 1 for row in rows)
+    assert "spec_bench:qa" in status and "spec_bench:summarization" in status
 
 
 def test_k_sweep_reports_k_1_to_8_and_the_best(client):

@@ -105,7 +105,8 @@ RACE = dict(k=3, adaptive=False, decoding="greedy", temperature=1.0, top_k=0, to
 @pytest.mark.slow
 def test_space_races_the_preloaded_hub_pair_with_identical_outputs(space):
     target, draft = PRESETS[1].target, PRESETS[1].drafts[0]
-    *_, details = space.predict(prompt="List three colours as a JSON array.", target=target, drafter=draft, **RACE, api_name="/race")
+    outputs = space.predict(prompt="List three colours as a JSON array.", target=target, drafter=draft, **RACE, api_name="/race")
+    details = outputs[4]  # target-only pane, speculative pane, charts, summary, details, draft tree, tree step
     assert details["identical"] is True and len(details["plain_tokens"]) > 0
     assert details["spec"]["accepted"] > 0
 

@@ -10,7 +10,7 @@ from specdec_core.tuning import CostCurve
 
 from app import charts, views
 from app.race import PLAIN, SPEC, Race, interleave
-from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, autoregressive, speculative
+from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, SpecStep, autoregressive, speculative
 from tests.specdec_core.test_models import word_tokenizer
 
 PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
@@ -32,8 +32,8 @@ def text() -> views.TokenText:
     return views.TokenText(word_tokenizer(WORDS))
 
 
-def test_speculative_pane_colours_every_outcome(race, text):
-    pane = views.pane_html("speculative", race.spec, text, running=False)
+def test_speculative_pane_colours_every_outcome_with_refused_drafts_inline(race, text):
+    pane = views.pane_html("speculative", race.spec, text, running=False, inline_rejected=True)
     classes = re.findall(r'class="tok tok-(\w+)"', pane)
     steps = race.spec_steps
     assert classes.count("accepted") == sum(s.accepted_count for s in steps)
@@ -41,6 +41,34 @@ def test_speculative_pane_colours_every_outcome(race, text):
     assert classes.count("correction") == sum(1 for s in steps if s.rejected_token is not None)
     assert classes.count("bonus") == sum(1 for s in steps if s.rejected_token is None)
     assert "accept prob=" in pane and "target p=" in pane and "draft q=" in pane
+
+
+def test_pane_reads_as_the_output_with_one_marker_per_step_of_refused_drafts(race, text):
+    pane = views.pane_html("speculative", race.spec, text, running=False)
+    steps = [s for s in race.spec_steps if s.rejected_count]
+    assert steps and "tok-rejected" not in pane
+    markers = re.findall(r'class="tok tok-marker" title="(\d+) refused drafts: ([^"]*)">✕(\d+)<', pane)
+    assert [(int(a), int(b)) for a, _, b in markers] == [(s.rejected_count, s.rejected_count) for s in steps]
+    visible = re.sub(r'<span class="tok tok-marker"[^>]*>[^<]*</span>', "", pane)
+    tokens = re.findall(r'class="tok tok-(?:accepted|correction|bonus|target)"', visible)
+    assert len(tokens) == race.spec.token_count  # what remains is exactly the output
+
+
+def test_tree_view_draws_a_chain_as_one_branch_and_a_tree_with_siblings(race, text):
+    chain_step = next(s for s in race.spec_steps if s.rejected_count)
+    fig = charts.tree_figure(chain_step, text, 0, 1)
+    names = {t.name for t in fig.data if t.name}
+    assert "accepted" in names or chain_step.accepted_count == 0
+    drawn = sum(len(t.x) for t in fig.data if t.name in ("accepted", "rejected", "unverified"))
+    assert drawn == chain_step.drafted_count
+    tree_step = SpecStep(draft_tokens=(5, 6, 7, 8, 9), parents=(-1, -1, 0, 0, 1), path=(1, 4), draft_probs=(.5, .3, .4, .2, .9),
+                         target_probs=(.1, .8, .2, .1, .9), accept_probs=(0, 1, 0, 0, 1), next_token=3, next_token_prob=.7,
+                         emitted_tokens=(6, 9, 3), draft_passes=2, draft_seconds=.01, verify_seconds=.05)
+    fig = charts.tree_figure(tree_step, text, 2, 5)
+    groups = {t.name: len(t.x) for t in fig.data if t.name in ("accepted", "rejected", "unverified")}
+    assert groups == {"accepted": 2, "rejected": 1, "unverified": 2}  # node 0 refused; its children never reached
+    assert "bonus" in {t.name for t in fig.data} and "min(1, p/q)" in next(t for t in fig.data if t.name == "accepted").hovertext[0]
+    assert charts.tree_figure(None, text).layout.annotations  # before any draft: a note, not an error
 
 
 def test_model_text_is_escaped(race, text):

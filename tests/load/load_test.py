@@ -28,6 +28,8 @@ import httpx
 import psutil
 from gradio_client import Client
 
+from specdec_core.limits import MAX_PROMPT_CHARS
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [
     "List three colours as a JSON array.",
@@ -42,7 +44,7 @@ PROMPTS = [
 RACE = dict(target="embedded:SmolLM2-135M-Instruct", drafter="ngram", k=3, adaptive=False, decoding="greedy",
             temperature=1.0, top_k=0, top_p=1.0, seed=0)
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
-BAD_INPUTS = [dict(prompt="   "), dict(prompt="x" * 5000), dict(k=0), dict(max_new_tokens=10**6), dict(target="no-such/model")]
+BAD_INPUTS = [dict(prompt="   "), dict(prompt="x" * (MAX_PROMPT_CHARS + 1)), dict(k=0), dict(max_new_tokens=10**6), dict(target="no-such/model")]
 
 
 @dataclass

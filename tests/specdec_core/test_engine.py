@@ -126,10 +126,10 @@ def test_speculative_sampling_matches_target_distribution(small_pair):
 def test_distribution_test_catches_always_accept(small_pair, monkeypatch):
     target, draft = small_pair
 
-    def always_accept(draft_tokens, draft_probs, target_probs, sampler):
+    def always_accept(draft_tokens, draft_probs, target_probs, sampler, parents=None, confidence=None):
         k = draft_tokens.shape[0]
         bonus = sampler.pick(target_probs[k])
-        return Verdict(k, bonus, (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
+        return Verdict(tuple(range(k)), bonus, (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
 
     monkeypatch.setattr(engine, "verify", always_accept)
     first, second = exact_marginals(target, [1, 2, 3], SAMPLING)

@@ -18,8 +18,8 @@ def test_expected_tokens_limits():
 
 def spec_step(drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> SpecStep:
     tokens = tuple(range(drafted))
-    return SpecStep(tokens, (0.5,) * drafted, (0.5,) * drafted, (1.0,) * drafted, accepted, 0, 0.5,
-                    tokens[:accepted] + (0,), drafted, draft_seconds, verify_seconds)
+    return SpecStep(tokens, tuple(range(-1, drafted - 1)), tuple(range(accepted)), (0.5,) * drafted, (0.5,) * drafted,
+                    (1.0,) * drafted, 0, 0.5, tokens[:accepted] + (0,), drafted, draft_seconds, verify_seconds)
 
 
 def k_after_accepting_everything(schedule: AdaptiveDraftLength, draft_pass_seconds: float) -> int:

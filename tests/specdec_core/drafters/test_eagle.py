@@ -115,10 +115,10 @@ def test_id_map_round_trips(head, target, tmp_path):
     feats = torch.randn(1, 5, target.config.hidden_size)
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     pos = torch.arange(5)[None]
-    from specdec_core.drafters.eagle import causal_mask
+    from specdec_core.drafters.eagle import additive_mask, causal_mask
 
-    a = head(feats, tokens, pos, head.new_cache(), causal_mask(5, 0))
-    b = loaded(feats, tokens, pos, loaded.new_cache(), causal_mask(5, 0))
+    a = head(feats, tokens, pos, head.new_cache(), additive_mask(causal_mask(5, 0), torch.float32))
+    b = loaded(feats, tokens, pos, loaded.new_cache(), additive_mask(causal_mask(5, 0), torch.float32))
     assert torch.allclose(a, b, atol=1e-2)  # saved in float16
 
 
@@ -181,9 +181,9 @@ def test_head_sampling_matches_target_distribution(small_target, small_head):
 
 
 def test_head_distribution_test_catches_always_accept(small_target, small_head, monkeypatch):
-    def always_accept(draft_tokens, draft_probs, target_probs, sampler):
+    def always_accept(draft_tokens, draft_probs, target_probs, sampler, parents=None, confidence=None):
         k = draft_tokens.shape[0]
-        return Verdict(k, sampler.pick(target_probs[k]), (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
+        return Verdict(tuple(range(k)), sampler.pick(target_probs[k]), (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
 
     monkeypatch.setattr(engine, "verify", always_accept)
     first, second = exact_marginals(small_target, [1, 2, 3], SAMPLING)

@@ -1,0 +1,98 @@
+"""python -m bench --suite spec_bench|realistic: every drafter per category of an evaluation set
+(specdec_core/eval_sets.py; never trained or tuned on), greedy, against our plain decoding.
+
+Per category and method: speedup (the mean over its prompts of each prompt's paired ratio), mean
+accepted tokens per target pass, acceptance by draft depth, c in the loop, and whether every output
+was token-identical to plain decoding. The head's first-position acceptance in the greedy chain
+runs stands for its first-position agreement with the target (measured where it drafted).
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+
+from specdec_core.config import DraftConfig
+from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID, DRAFT_NGRAM, make_drafter
+from specdec_core.eval_sets import by_category
+from specdec_core.machine import this_machine
+from specdec_core.models import load_model
+from specdec_core.prompts import encode_prompt, stop_token_ids
+from specdec_core.sources import EMBEDDED_ID
+from specdec_core.stats import cost_ratio
+from specdec_core.tuning import tuning_of
+
+from .measure import measure, ours, paired_ratio
+
+
+def suite_report(args) -> dict:
+    target = load_model(EMBEDDED_ID)
+    stops = stop_token_ids(target.tokenizer, target.model)
+    curve = tuning_of(EMBEDDED_ID, target.model.dtype).curve
+    ks = [int(k) for k in args.ks.split(",")]
+    drafts = {f"head k={k}": (DRAFT_EAGLE, DraftConfig(k=k)) for k in ks} | {
+        "head adaptive": (DRAFT_EAGLE, DraftConfig(k=3, adaptive=True)),
+        "head tree k=3": (DRAFT_EAGLE_TREE, DraftConfig(k=3)),
+        "hybrid k=3": (DRAFT_HYBRID, DraftConfig(k=3)),
+        "ngram k=3": (DRAFT_NGRAM, DraftConfig(k=3)),
+        "ngram adaptive": (DRAFT_NGRAM, DraftConfig(k=3, adaptive=True)),
+        "bf16 k=3": (DRAFT_BF16, DraftConfig(k=3)),
+    }
+    for spec, _ in drafts.values():
+        make_drafter(spec, target)  # load and measure each once, outside the timed runs
+    report = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
+              "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9), "categories": {}}
+    groups = by_category(args.suite, args.per_category)
+    first = encode_prompt(target.tokenizer, next(iter(groups.values()))[0].text)
+    measure(_methods(target, first, 8, stops, drafts), 1)  # untimed: one-time set-up of every method's shapes
+    for category, prompts in groups.items():
+        rows = []
+        for item in prompts:
+            prompt = encode_prompt(target.tokenizer, item.text)
+            timings, outputs = measure(_methods(target, prompt, args.tokens, stops, drafts), args.repeats)
+            rows.append({name: _method_row(t, timings["plain"], outputs[name] == outputs["plain"])
+                         for name, t in timings.items() if name != "plain"})
+        report["categories"][category] = _category_summary(rows, [f"head k={k}" for k in ks])
+        print(f"[{category}] " + ", ".join(f"{m} {v['speedup']:.2f}x/{v['tokens_per_pass']:.2f}"
+                                           for m, v in report["categories"][category]["methods"].items()), flush=True)
+    report["overall"] = _overall(report["categories"])
+    print(report["overall"])
+    return report
+
+
+def _methods(target, prompt: list[int], tokens: int, stops, drafts: dict) -> dict:
+    methods = {"plain": ours(target.model, prompt, tokens, stops)}
+    for name, (spec, config) in drafts.items():
+        methods[name] = ours(target.model, prompt, tokens, stops, lambda spec=spec: make_drafter(spec, target), config)
+    return methods
+
+
+def _method_row(timing, plain, identical: bool) -> dict:
+    return {
+        "speedup": paired_ratio(timing.rates, plain.rates),
+        "tokens_per_pass": timing.mean_accepted_length,
+        "by_depth": timing.position_acceptance,
+        "c": cost_ratio(timing.draft_pass_seconds, plain.step_seconds),
+        "identical": identical,
+    }
+
+
+def _category_summary(rows: list[dict], chains: list[str]) -> dict:
+    def mean(method: str, field: str) -> float | None:
+        values = [r[method][field] for r in rows if r[method][field] is not None]
+        return statistics.mean(values) if values else None
+
+    methods = {m: {"speedup": mean(m, "speedup"), "tokens_per_pass": mean(m, "tokens_per_pass"), "c": mean(m, "c"),
+                   "first_depth": statistics.mean(r[m]["by_depth"][0] for r in rows if r[m]["by_depth"]) if any(r[m]["by_depth"] for r in rows) else None}
+               for m in rows[0]}
+    best = max(chains, key=lambda m: methods[m]["speedup"])
+    return {"methods": methods, "head_best_k": best, "prompts": len(rows),
+            "all_identical": all(r[m]["identical"] for r in rows for m in r)}
+
+
+def _overall(categories: dict) -> dict:
+    """Means over categories, as Spec-Bench reports them."""
+    methods = next(iter(categories.values()))["methods"]
+    return {m: {"speedup": statistics.mean(c["methods"][m]["speedup"] for c in categories.values()),
+                "tokens_per_pass": statistics.mean(c["methods"][m]["tokens_per_pass"] for c in categories.values())}
+            for m in methods} | {"all_identical": all(c["all_identical"] for c in categories.values())}

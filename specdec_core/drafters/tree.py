@@ -1,0 +1,99 @@
+"""Draft trees: several guesses per position, verified in one target pass (SpecInfer; EAGLE-2).
+
+A draft is a tree of N nodes given by `parents`: node i's parent is parents[i], or -1 for a child
+of the root (the last context token). Parents come before their children. A chain, the only
+shape most drafters make, is the tree whose every node has one child: (-1, 0, 1, ..., k-2), and
+everything here treats it the same way, so there is one code path for both.
+
+One target pass scores the whole tree when each node attends to the context and to its own
+ancestors only (a 4D mask, which transformers takes as given) at position = context length - 1
++ its depth. The tree's size is chosen per step from this machine's verification cost curve
+(choose_size): a node stays only while what it is expected to add outweighs what one more token
+in the pass costs, so on a CPU where wide passes are dear the tree stays small.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..tuning import CostCurve
+
+
+def chain(length: int) -> tuple[int, ...]:
+    """Parents of a chain of `length` nodes."""
+    return tuple(range(-1, length - 1))
+
+
+def depths(parents: tuple[int, ...]) -> list[int]:
+    """Depth of each node: 1 for children of the root."""
+    result: list[int] = []
+    for parent in parents:
+        result.append(1 if parent < 0 else result[parent] + 1)
+    return result
+
+
+def children(parents: tuple[int, ...]) -> dict[int, list[int]]:
+    """Children of each node in draft order; -1 is the root."""
+    result: dict[int, list[int]] = {-1: []}
+    for node, parent in enumerate(parents):
+        result.setdefault(node, [])
+        result[parent].append(node)
+    return result
+
+
+def ancestors_mask(parents: tuple[int, ...]) -> torch.Tensor:
+    """[N, N] bool: row i is True at node i and its ancestors (what node i may attend to)."""
+    n = len(parents)
+    mask = torch.eye(n, dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            mask[node] |= mask[parent]  # parents come first, so the parent's row is complete
+    return mask
+
+
+def attention_mask(parents: tuple[int, ...], tail: int, cached: int) -> torch.Tensor:
+    """[1, 1, tail + N, cached + tail + N] bool, True = attend: the `tail` context tokens fed with the
+    tree see the cache and each other causally; each node sees the cache, the tail and its ancestors."""
+    n = len(parents)
+    queries = tail + n
+    mask = torch.zeros(queries, cached + queries, dtype=torch.bool)
+    mask[:, :cached] = True
+    mask[:, cached : cached + tail] = torch.ones(queries, tail, dtype=torch.bool).tril()  # nodes' rows: all True
+    mask[tail:, cached + tail :] = ancestors_mask(parents)
+    return mask[None, None]
+
+
+def positions(parents: tuple[int, ...], tail: int, cached: int) -> torch.Tensor:
+    """[1, tail + N] position ids: the tail continues the cache; a node sits at its depth after the tail."""
+    tail_positions = list(range(cached, cached + tail))
+    last = cached + tail - 1
+    return torch.tensor([tail_positions + [last + d for d in depths(parents)]])
+
+
+def path_to(parents: tuple[int, ...], node: int) -> list[int]:
+    """The nodes from the root's child down to `node`."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
+def choose_size(scores: list[float], curve: CostCurve | None, draft_cost: float, longest: int) -> int:
+    """How many of the best nodes to verify (scores: each node's draft probability of being reached,
+    best first; a child never outscores its parent, so any prefix of them is a connected tree).
+
+    Expected tokens of a pass over n nodes: 1 + the sum of their scores (EAGLE-2's estimate of the
+    accepted length); its cost: T(n + 1)/T(1) from the measured curve plus the drafting already
+    spent (draft_cost, in target passes). The n with the most tokens per unit of cost wins.
+    Without a curve (a model loaded some other way), every node up to `longest`."""
+    count = min(len(scores), longest)
+    if curve is None:
+        return count
+    best, best_rate, expected = 0, 1.0 / (1.0 + draft_cost), 1.0
+    for n in range(1, count + 1):
+        expected += scores[n - 1]
+        rate = expected / (curve.ratio(n + 1) + draft_cost)
+        if rate > best_rate:
+            best, best_rate = n, rate
+    return max(best, 1) if count else 0

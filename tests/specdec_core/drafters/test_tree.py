@@ -1,0 +1,219 @@
+"""Draft trees: the geometry, the multi-candidate rule, KV compaction, and losslessness of tree and hybrid drafting."""
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+import specdec_core.engine as engine
+from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
+from specdec_core.acceptance import Verdict, verify
+from specdec_core.drafters.eagle import EagleDrafter, TreeShape
+from specdec_core.drafters.hybrid import HybridDrafter
+from specdec_core.drafters.tree import attention_mask, chain, choose_size, depths, positions
+from specdec_core.kv_cache import CachedModel
+from specdec_core.sampling import Sampler
+from specdec_core.tuning import CostCurve
+from tests.conftest import tiny_llama
+from tests.specdec_core.drafters.test_eagle import SAMPLING, SMALL_VOCAB, VOCAB, random_head
+from tests.specdec_core.test_engine import PROMPT, assert_matches
+
+#        root
+#       /    \
+#      0      1
+#     / \     |
+#    2   3    4
+TREE = (-1, -1, 0, 0, 1)
+GREEDY = Sampler(SamplingConfig())
+
+
+def test_depths_and_chain():
+    assert depths(TREE) == [1, 1, 2, 2, 2]
+    assert chain(3) == (-1, 0, 1) and depths(chain(3)) == [1, 2, 3]
+
+
+def test_tree_mask_and_positions_for_a_known_tree():
+    mask = attention_mask(TREE, tail=2, cached=3)[0, 0].int().tolist()
+    #            cache    tail   nodes 0 1 2 3 4
+    assert mask == [
+        [1, 1, 1, 1, 0, 0, 0, 0, 0, 0],  # tail token 1
+        [1, 1, 1, 1, 1, 0, 0, 0, 0, 0],  # tail token 2 (the root)
+        [1, 1, 1, 1, 1, 1, 0, 0, 0, 0],  # node 0 sees itself
+        [1, 1, 1, 1, 1, 0, 1, 0, 0, 0],  # node 1: not its sibling
+        [1, 1, 1, 1, 1, 1, 0, 1, 0, 0],  # node 2: its parent 0
+        [1, 1, 1, 1, 1, 1, 0, 0, 1, 0],  # node 3: its parent 0, not its sibling 2
+        [1, 1, 1, 1, 1, 0, 1, 0, 0, 1],  # node 4: its parent 1
+    ]
+    assert positions(TREE, tail=2, cached=3).tolist() == [[3, 4, 5, 5, 6, 6, 6]]
+
+
+def table(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_greedy_walks_down_the_sibling_the_target_prefers():
+    # target argmax: root -> 1, then at node 1 -> 3 (node 4 has token 3), then at node 4 -> 0 (bonus)
+    target = table([0, .9, .1, 0], [.9, 0, 0, .1], [.1, .2, 0, .7], [0, 0, 0, 0], [0, 0, 0, 0], [.8, .2, 0, 0])
+    tokens = torch.tensor([2, 1, 0, 1, 3])  # node 0 = 2, node 1 = 1, its child node 4 = 3
+    verdict = verify(tokens, None, target, GREEDY, TREE)
+    assert verdict.path == (1, 4) and verdict.next_token == 0  # the second sibling, then a bonus after the leaf
+    assert verdict.accept_probs == (0.0, 1.0, 1.0, 0.0, 1.0)  # per node, at its parent: node 2 agrees but is off the path
+
+
+def test_sampling_tries_the_next_sibling_on_the_residual():
+    # root: p = (0, .5, .5); the first sibling guesses 0 (p = 0: always refused), the second guesses 1.
+    target = table([0, .5, .5], [1, 0, 0], [1, 0, 0])
+    accepted_second = 0
+    for seed in range(400):
+        verdict = verify(torch.tensor([0, 1]), None, target, Sampler(SamplingConfig(temperature=1.0, seed=seed)), (-1, -1))
+        assert verdict.path in ((), (1,))
+        assert verdict.next_token in (2, 0)  # the residual after both: token 2; after node 1 (a leaf): the bonus
+        accepted_second += verdict.path == (1,)
+    assert 160 < accepted_second < 240  # p(1) = 0.5 once token 0 is struck out
+
+
+def test_choose_size_keeps_nodes_while_they_pay_for_a_wider_pass():
+    scores = [0.9, 0.6, 0.3, 0.1, 0.05]
+    flat = CostCurve((0.05,) * 17)
+    steep = CostCurve(tuple(0.05 * (1 + 0.5 * n) for n in range(17)))
+    assert choose_size(scores, flat, 0.1, 16) == 5  # free width: every node
+    assert choose_size(scores, steep, 0.1, 16) < 5
+    assert choose_size(scores, None, 0.1, 3) == 3
+
+
+# ---- KV compaction ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=1, vocab_size=VOCAB)
+
+
+def test_cache_after_a_tree_step_equals_a_fresh_cache_over_the_kept_tokens(target):
+    context = [3, 7, 1, 4, 9]
+    nodes = [5, 6, 8, 2, 11]
+    model = CachedModel(target)
+    model.forward(context[:3])
+    model.forward(context[3:] + nodes, logits_to_keep=len(nodes) + 1, parents=TREE)
+    path = [1, 4]  # nodes 1 and 4: tokens 6, 11
+    model.keep(3, [0, 1] + [2 + node for node in path])
+    fresh = DynamicCache(config=target.config)
+    with torch.no_grad():
+        target(input_ids=torch.tensor([context + [6, 11]]), cache=fresh, use_cache=True)
+    assert model.length == len(context) + len(path)
+    for kept, reference in zip(model.cache.layers, fresh.layers):
+        torch.testing.assert_close(kept.keys, reference.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(kept.values, reference.values, atol=1e-5, rtol=1e-4)
+
+
+# ---- losslessness ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def head(target):
+    return random_head(target, list(range(VOCAB)), seed=3, sharpness=4.0)
+
+
+@pytest.mark.parametrize("shape", [TreeShape(width=2, longest=4), TreeShape(width=3, longest=8), TreeShape(width=4, longest=16)])
+@pytest.mark.parametrize("k,adaptive", [(2, False), (4, False), (3, True)])
+def test_greedy_tree_drafting_equals_plain_decoding_and_generate(target, head, shape, k, adaptive):
+    config = GenerationConfig(max_new_tokens=40)
+    plain = generated_tokens(autoregressive(target, PROMPT, config))
+    reference = target.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
+    assert plain == reference[0, len(PROMPT) :].tolist()
+    events = list(speculative(target, EagleDrafter(head, tree=shape), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
+    assert generated_tokens(events) == plain
+    trees = [e for e in events if isinstance(e, SpecStep) and not e.is_chain]
+    assert trees and max(e.drafted_count for e in trees) <= shape.longest
+    assert any(e.path and e.path != tuple(range(len(e.path))) for e in trees)  # a path that is not the first branch
+
+
+def test_a_tree_sized_by_a_steep_cost_curve_is_smaller(target, head):
+    config = GenerationConfig(max_new_tokens=24)
+    sizes = {}
+    for name, curve in {"flat": CostCurve((0.01,) * 17), "steep": CostCurve(tuple(0.01 * (1 + n) for n in range(17)))}.items():
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), verify_costs=curve, pass_cost=0.05)
+        steps = [e for e in speculative(target, drafter, PROMPT, config, DraftConfig(k=3)) if isinstance(e, SpecStep)]
+        sizes[name] = sum(s.drafted_count for s in steps) / len(steps)
+    assert sizes["steep"] < sizes["flat"]
+
+
+def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, head):
+    prompt = PROMPT * 3  # repetitive: the lookup has something to offer
+    config = GenerationConfig(max_new_tokens=40)
+    plain = generated_tokens(autoregressive(target, prompt, config))
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)))
+    events = list(speculative(target, drafter, prompt, config, DraftConfig(k=4)))
+    assert generated_tokens(events) == plain
+    steps = [e for e in events if isinstance(e, SpecStep) and e.drafted_count]
+    assert all(sorted(e.parents[: e.parents.count(-1)]) == [-1] * e.parents.count(-1) for e in steps)  # roots first
+
+
+# ---- sampling: siblings, a reduced draft vocabulary, the bonus token ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_target():
+    return tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
+
+
+@pytest.fixture(scope="module")
+def small_head(small_target):
+    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0)  # q = 0 for tokens 5, 6, 7
+
+
+def exact_marginals(target, prompt: list[int], sampling: SamplingConfig, length: int) -> list[torch.Tensor]:
+    """p(x_i) for i = 1..length, summing over every earlier path (SMALL_VOCAB ** (length - 1) passes)."""
+    sampler = Sampler(sampling)
+    marginals = [torch.zeros(SMALL_VOCAB) for _ in range(length)]
+
+    def walk(prefix: list[int], weight: float, depth: int) -> None:
+        with torch.no_grad():
+            row = sampler.probs(target(torch.tensor([prompt + prefix])).logits[0, -1:])[0]
+        marginals[depth] += weight * row
+        if depth + 1 < length:
+            for token in range(SMALL_VOCAB):
+                if row[token] > 0:
+                    walk(prefix + [token], weight * float(row[token]), depth + 1)
+
+    walk([], 1.0, 0)
+    return marginals
+
+
+def tree_sample_counts(target, head, runs: int) -> list[list[int]]:
+    counts = [[0] * SMALL_VOCAB for _ in range(3)]
+    for seed in range(runs):
+        sampling = SamplingConfig(temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k, seed=seed)
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=6))
+        tokens = generated_tokens(speculative(target, drafter, [1, 2, 3], GenerationConfig(max_new_tokens=4, sampling=sampling), DraftConfig(k=2)))
+        for i in range(3):
+            counts[i][tokens[i + 1]] += 1  # tokens 2-4: the tree step (token 1 comes from the prefill)
+    return counts
+
+
+def test_tree_sampling_matches_the_target_distribution(small_target, small_head):
+    marginals = exact_marginals(small_target, [1, 2, 3], SAMPLING, 4)[1:]
+    assert marginals[0][5:].sum() > 0.05, "the target must put mass on tokens the head cannot propose"
+    counts = tree_sample_counts(small_target, small_head, runs=1500)
+    assert sum(counts[0][5:]) > 0
+    for observed, expected in zip(counts, marginals):
+        assert assert_matches(observed, expected) > 1e-3
+
+
+def test_tree_distribution_test_catches_a_broken_rule(small_target, small_head, monkeypatch):
+    """Accepting the first sibling whenever p(x) > 0 (no rejection sampling): the same test fails."""
+
+    def first_child_if_possible(tokens, draft_probs, target_probs, sampler, parents=None, confidence=None):
+        path, node = [], -1
+        while True:
+            row = target_probs[node + 1]
+            kids = [n for n, p in enumerate(parents) if p == node]
+            if not kids or row[int(tokens[kids[0]])] == 0:
+                n = len(tokens)
+                return Verdict(tuple(path), sampler.pick(row), (1.0,) * n, (1.0,) * n, (1.0,) * n, 1.0)
+            path.append(kids[0])
+            node = kids[0]
+
+    monkeypatch.setattr(engine, "verify", first_child_if_possible)
+    marginals = exact_marginals(small_target, [1, 2, 3], SAMPLING, 4)[1:]
+    counts = tree_sample_counts(small_target, small_head, runs=1500)
+    assert min(assert_matches(o, e) for o, e in zip(counts, marginals)) < 1e-6
