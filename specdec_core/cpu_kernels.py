@@ -1,23 +1,24 @@
-"""One CPU-specific fix found by profiling: linear layers through oneDNN with prepacked weights.
+"""CPU linear layers: oneDNN with prepacked weights, or stock, per width; int8 for drafts; forcing the AVX2 path.
 
 A decode step on a CPU is >85% matrix products (torch.profiler: aten::mm), and PyTorch's default
-`F.linear` there is MKL with the weight in its plain layout. Measured on this project's 2-core
-AMD EPYC (SmolLM2-135M, one forward pass, medians):
+`F.linear` there is MKL with the weight in its plain layout. Measured once on a 2-core AMD EPYC
+with AVX-512 BF16 (SmolLM2-135M, one forward pass, medians):
 
     float32, 1 / 5 / 17 tokens:  stock 65 / 96 / 133 ms   prepacked 48 / 46 / 68 ms
     bfloat16, 1 / 5 / 17 tokens: MKL 52 / 61 / 70 ms      prepacked 34 / 33 / 49 ms
     (MKL here: F.linear for 1 and 17 rows, W @ x^T for 5)
 
-Two things make speculative decoding pay on a CPU here: a pass over k + 1 tokens then costs about
-one single-token pass (the premise of speculation, which GPUs give for free; MKL takes a slow path
-for 2-9 rows), and a bfloat16 copy of the model becomes a cheap draft (~0.7x a float32 pass).
+Other CPUs differ (an AVX2-only EPYC has no oneDNN bfloat16 at all), so nothing here decides by
+those numbers: tuning.py times PACKED against STOCK on the running machine, for one token and for
+several, and applies the faster with a KernelPlan; the app and bench state what it measured.
 
 The weight is reordered once into oneDNN's blocked layout, as torch.compile's CPU "freezing" pass
 does; calling the same two ops directly avoids compiling a model whose cache length changes every
 step. The packed copy is rebuilt whenever the weight changes (a dtype cast, an in-place edit), so
 it can never go stale. Packing alone keeps two copies of each weight; models.py then calls
 release_dense_weights, which frees the dense ones that nothing else reads (embedded target: RSS
-2.08x -> 1.28x its weight bytes). Inference only: the oneDNN op has no backward (the draft head
+2.08x -> 1.28x its weight bytes). A released weight is refused, on every CPU, if anything asks to
+compute with it in another dtype. Inference only: the oneDNN op has no backward (the draft head
 trains through stock nn.Linear, see training/train_head.py).
 """
 

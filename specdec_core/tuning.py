@@ -125,20 +125,37 @@ def tuning_dir() -> Path:
 
 
 def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict, bool]:
-    """measure()'s result, from disk when this machine measured the same thing before; (result, from_disk)."""
+    """measure()'s result, from disk when this machine measured the same thing before; (result, from_disk).
+
+    Other work on the CPU while measuring skews every timing, so a result measured while the machine
+    was busy is kept only until a start on a quiet machine measures it again."""
     machine = this_machine()
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
     path = tuning_dir() / f"{name}-{machine.key}-{digest}.json"
+    busy_now = _busy()
     try:
-        return json.loads(path.read_text())["result"], True
+        saved = json.loads(path.read_text())
+        if busy_now or not saved.get("busy"):
+            return saved["result"], True
     except (OSError, ValueError, KeyError):
         pass
     result = measure()
+    busy = busy_now
+    if busy:
+        log.warning("%s measured while other work kept the CPU busy (load %.1f): used, and measured again on a quiet start",
+                    name, os.getloadavg()[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(f".{os.getpid()}.tmp")
-    staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "result": result}, indent=1))
+    staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "busy": busy, "result": result}, indent=1))
     staging.replace(path)  # atomic: two processes measuring at once both leave a whole file
     return result, False
+
+
+def _busy() -> bool:
+    """Whether other work keeps the CPU busy just before a measurement: a 1-minute load average above
+    one core's worth, or half the cores on a larger machine. A lagging average errs on the side of
+    measuring again later."""
+    return os.getloadavg()[0] > max(1.0, 0.5 * (os.cpu_count() or 1))
 
 
 # ---- the target ---------------------------------------------------------------------------------------
@@ -173,13 +190,15 @@ def tune_target(model: PreTrainedModel, name: str) -> TargetTuning:
 
 
 def _time_kernels(model: PreTrainedModel) -> dict[str, float]:
-    """Median seconds of a 1-token and a 5-token pass with each kernel everywhere."""
-    seconds = {}
-    for kernel in (PACKED, STOCK):
-        set_kernel_plan(model, KernelPlan(kernel, kernel))
-        for width, t in zip((1, 5), _time_widths(model, (1, 5), REPEATS + 2)):
-            seconds[f"{kernel} x{width}"] = t
-    return seconds
+    """Median seconds of a 1-token and a 5-token pass with each kernel everywhere. The kernels take
+    turns within every repeat, so that a busy moment of a shared machine hits both alike."""
+    times: dict[str, list[float]] = {}
+    for _ in range(REPEATS):
+        for kernel in (PACKED, STOCK):
+            set_kernel_plan(model, KernelPlan(kernel, kernel))
+            for width, t in zip((1, 5), _time_widths(model, (1, 5), 1)):
+                times.setdefault(f"{kernel} x{width}", []).append(t)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def _plan_from(kernels: dict[str, float]) -> KernelPlan:

@@ -64,3 +64,19 @@ def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_p
     built.clear()
     chosen, choice = choose_fastest("part", {"id": 1}, {n: builder(n) for n in seconds}, lambda _: pytest.fail("timed again"))
     assert chosen == "fast" and built == ["fast"] and choice.note == "read from the tuning cache"
+
+
+def test_a_measurement_taken_on_a_busy_machine_is_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
+    runs = []
+
+    def measure():
+        runs.append(1)
+        return {"seconds": len(runs)}
+
+    monkeypatch.setattr(tuning, "_busy", lambda: True)
+    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 1}, False)
+    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 1}, True)  # still busy: the busy result serves
+    monkeypatch.setattr(tuning, "_busy", lambda: False)
+    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 2}, False)  # quiet: measured again, and kept
+    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 2}, True)
