@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec_core import SpecStep, expected_speedup, expected_tokens_per_step
+from specdec_core.drafters.tree import depths
 from specdec_core.tuning import CostCurve
 
 from .race import Race
@@ -50,8 +51,8 @@ def race_figure(race: Race) -> go.Figure:
         rows=2,
         cols=2,
         subplot_titles=(
-            "Acceptance rate per step (line: running)",
-            "Drafts accepted per step",
+            "Per step: accepted (bars), drafted (line: chain or tree size)",
+            "Accepted depth per step (blue: the whole draft)",
             "Tokens / s, each on its own clock",
             "Running speedup (tokens ahead at equal time)",
         ),
@@ -61,14 +62,14 @@ def race_figure(race: Race) -> go.Figure:
     steps = race.spec_steps
     if steps:
         index = list(range(1, len(steps) + 1))
-        per_step = [s.accepted_count / s.drafted_count for s in steps]
-        running = np.cumsum([s.accepted_count for s in steps]) / np.cumsum([s.drafted_count for s in steps])
-        fig.add_bar(x=index, y=per_step, marker_color=COLORS["accepted"], opacity=0.45, name="this step", row=1, col=1, showlegend=False)
-        fig.add_scatter(x=index, y=running, mode="lines", line_color=COLORS["accepted"], name="running", row=1, col=1, showlegend=False)
-        longest = max(s.drafted_count for s in steps)
-        counts = np.bincount([s.accepted_count for s in steps], minlength=longest + 1)
-        colors = [COLORS["bonus"] if n == longest else COLORS["accepted"] for n in range(longest + 1)]
-        fig.add_bar(x=list(range(longest + 1)), y=counts, marker_color=colors, row=1, col=2, showlegend=False)
+        fig.add_bar(x=index, y=[s.accepted_count for s in steps], marker_color=COLORS["accepted"], opacity=0.6,
+                    name="accepted", row=1, col=1, showlegend=False)
+        fig.add_scatter(x=index, y=[s.drafted_count for s in steps], mode="lines", line_color=COLORS["rejected"],
+                        name="drafted", row=1, col=1, showlegend=False)
+        deepest = max(max(depths(s.parents)) for s in steps)
+        counts = np.bincount([s.accepted_count for s in steps], minlength=deepest + 1)
+        colors = [COLORS["bonus"] if n == deepest else COLORS["accepted"] for n in range(deepest + 1)]
+        fig.add_bar(x=list(range(deepest + 1)), y=counts, marker_color=colors, row=1, col=2, showlegend=False)
     for side, pane, label in (("plain", race.plain, "target only"), ("spec", race.spec, "speculative")):
         if pane.timeline:
             clock, tokens = zip(*pane.timeline)
@@ -81,9 +82,9 @@ def race_figure(race: Race) -> go.Figure:
         ahead = spec_tokens[reached] / np.maximum(np.interp(spec_clock[reached], plain_clock, plain_tokens), 1e-9)
         fig.add_scatter(x=spec_clock[reached], y=ahead, mode="lines", line_color=COLORS["spec"], row=2, col=2, showlegend=False)
         fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=2, col=2)
-    fig.update_yaxes(range=[0, 1.05], row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=1)
-    fig.update_xaxes(title_text="accepted drafts (blue: all k)", row=1, col=2)
+    fig.update_xaxes(title_text="accepted drafts (depth reached)", row=1, col=2)
     fig.update_xaxes(title_text="own clock (s)", row=2, col=1)
     fig.update_xaxes(title_text="speculative clock (s)", row=2, col=2)
     fig.update_annotations(font_size=13)

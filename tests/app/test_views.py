@@ -88,7 +88,7 @@ def test_summary_reports_identity_and_passes_saved(race):
     assert f"({saved:+d} saved)" in html
     assert f"{race.speedup:.2f}×" in html
     first_position = sum(s.accepted_count >= 1 for s in race.spec_steps) / len(race.spec_steps)
-    assert f"by draft position 1, 2, …</th><td></td><td>{100 * first_position:.0f}%" in html
+    assert f"by draft depth 1, 2, … (the path reached it)</th><td></td><td>{100 * first_position:.0f}%" in html
 
 
 def test_race_interleaves_by_own_clock(race):

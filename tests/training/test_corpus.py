@@ -1,0 +1,75 @@
+"""The corpus recipe on a tiny random target: prompts generated, filtered, deduplicated, sharded,
+and resumed after interruptions without a shard redone; its prompt set shares nothing with an
+evaluation set."""
+
+import json
+
+import pytest
+
+from training.corpus import main, read_prompt_set
+from training.eval_overlap import OverlapFilter, evaluation_prompts
+from training.shards import read_job
+from training.text_ngrams import normalised
+
+STAGES = ("user-turns", "articles", "first-answers", "second-turns", "responses")
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """A smoke corpus built in one uninterrupted run."""
+    out = tmp_path_factory.mktemp("whole")
+    records = main(["--smoke", "--out", str(out)])
+    return out, records
+
+
+def shard_files(out):
+    return {p.relative_to(out): p.stat().st_mtime_ns for p in out.glob("*/shard-*.npz")}
+
+
+def test_smoke_corpus_has_every_stage_and_reaches_its_token_target(whole):
+    out, records = whole
+    assert all(list((out / stage).glob("shard-*.npz")) for stage in STAGES)
+    report = json.loads((out / "report.json").read_text())
+    assert sum(len(r.response) for r in records) >= report["recipe"]["target_tokens"]
+    assert {"magpie", "two_turn", "family", "passage", "templated"} <= set(report["sources"])
+    assert "near-duplicate" in report["dropped"]["user-turns"]  # the generated turns went through dedupe
+    assert set(report["diversity"]["magpie user turns"]["distinct"]) == {"distinct-1", "distinct-2", "distinct-3"}
+    # Every response record says where its prompt came from and how it was sampled.
+    assert all("/" in r.family and r.temperature in (0.0, 0.7, 1.0) for r in records)
+
+
+def test_an_interrupted_corpus_resumes_without_redoing_a_shard(whole, tmp_path):
+    out = tmp_path / "parts"
+    seen: dict = {}
+    runs = 0
+    while True:
+        runs += 1
+        records = main(["--smoke", "--out", str(out), "--max-shards", "4"])
+        files = shard_files(out)
+        assert all(files[name] == written for name, written in seen.items())  # nothing rewritten
+        assert len(files) - len(seen) <= 4
+        seen = files
+        if records is not None:
+            break
+    assert runs > 3  # it was stopped within the prompt stages as well as the responses
+    whole_out, whole_records = whole
+    assert set(seen) == set(shard_files(whole_out))
+    assert records == whole_records  # the same shards, the same ids, as one uninterrupted run
+    for stage in STAGES:
+        assert read_job(out / stage) == read_job(whole_out / stage)
+
+
+def test_the_prompt_set_has_no_overlap_with_any_evaluation_set(whole):
+    prompts = read_prompt_set(whole[0])
+    user_turns = [turn for p in prompts for turn in p.turns[::2]]
+    fresh = OverlapFilter()
+    assert user_turns and not [t for t in user_turns if fresh.overlap(t)]
+    # And an independent check: no evaluation prompt is contained in a training prompt.
+    evaluation = [normalised(t) for texts in evaluation_prompts().values() for t in texts]
+    training = [normalised(t) for t in user_turns]
+    assert not [e for e in evaluation if any(e in t for t in training)]
+
+
+def test_the_prompt_set_has_no_repeats(whole):
+    keys = ["\n".join(p.turns[::2]) for p in read_prompt_set(whole[0])]
+    assert len(set(keys)) == len(keys)

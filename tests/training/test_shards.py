@@ -1,0 +1,82 @@
+"""Generation jobs: the shard format, atomic writes, the batch plan, the quorum stop, and features
+recomputed from a shard's ids."""
+
+import numpy as np
+import pytest
+import torch
+
+from training.corpus_features import sequences
+from training.generation import Sampling, encode_chat, generate
+from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
+from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
+from training.train_head import tiny_target
+
+
+@pytest.fixture(scope="module")
+def chat():
+    tokenizer = tiny_chat_tokenizer()
+    return tiny_chat_model(tokenizer), tokenizer
+
+
+def test_a_shard_keeps_ids_families_and_temperatures_in_two_bytes_a_token(tmp_path):
+    records = [Record(3, [1, 2, 3], [4, 5, 0], True, "magpie/chat", 0.7), Record(1, [9], [60_000], False, "passage/summarization", 0.0)]
+    write_shard(tmp_path / "shard-00000.npz", records)
+    assert read_shard(tmp_path / "shard-00000.npz") == records
+    assert not list(tmp_path.glob("*.tmp"))  # written under another name, then renamed
+    with np.load(tmp_path / "shard-00000.npz") as data:
+        assert data["tokens"].dtype == np.uint16
+
+
+def test_the_plan_batches_one_temperature_and_similar_lengths_and_shortens_long_batches():
+    requests = [Request(tuple(range(n)), "f", t) for n, t in [(5, 0.0), (900, 0.0), (6, 1.0), (7, 0.0), (950, 0.0), (8, 1.0)]]
+    batches = plan(requests, batch_size=4, max_new_tokens=64, seed=0)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len({requests[i].temperature for i in b}) == 1 for b in batches)
+    assert sorted(map(sorted, batches)) == [[0, 3], [1], [2, 5], [4]]  # the long prompts do not fit two to a batch
+
+
+def test_a_job_refuses_a_folder_holding_another_jobs_shards(chat, tmp_path):
+    model, tokenizer = chat
+    stops = [tokenizer.eos_token_id]
+    prompt = tuple(encode_chat(tokenizer, [{"role": "user", "content": "Write two lines about green tea."}]))
+    job = Job("answers", tmp_path, top_p=1.0, max_new_tokens=4, batch_size=2)
+    run(model, [Request(prompt, "f", 0.0)] * 3, job, stops, ShardBudget())
+    assert len(read_job(tmp_path)) == 3
+    with pytest.raises(RuntimeError, match="other prompts or settings"):
+        run(model, [Request(prompt, "f", 1.0)] * 3, job, stops, ShardBudget())
+
+
+def test_the_shard_budget_stops_a_run_between_shards(chat, tmp_path):
+    model, tokenizer = chat
+    prompt = tuple(encode_chat(tokenizer, [{"role": "user", "content": "Tell me about owls."}]))
+    job = Job("answers", tmp_path, top_p=1.0, max_new_tokens=4, batch_size=1)
+    with pytest.raises(Stopped):
+        run(model, [Request(prompt, "f", 1.0)] * 3, job, [tokenizer.eos_token_id], ShardBudget(2))
+    assert len(list(tmp_path.glob("shard-*.npz"))) == 2
+
+
+def test_the_user_turn_header_comes_from_the_chat_template(chat):
+    _, tokenizer = chat
+    system = [{"role": "system", "content": "You are a helpful assistant."}]
+    rendered = tokenizer.apply_chat_template(system, tokenize=False) + "<|im_start|>user\n"
+    assert encode_chat(tokenizer, system, open_role="user") == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def test_a_quorum_stops_the_batch_once_most_rows_have_ended(chat):
+    model, tokenizer = chat
+    prompts = [encode_chat(tokenizer, [{"role": "user", "content": f"Tell me about {w}."}]) for w in ("owls", "tea", "rain", "chess")]
+    torch.manual_seed(0)
+    whole = generate(model, prompts, Sampling(1.0, max_new_tokens=40), [tokenizer.eos_token_id])
+    torch.manual_seed(0)
+    cut = generate(model, prompts, Sampling(1.0, max_new_tokens=40, quorum=0.5), [tokenizer.eos_token_id])
+    assert sum(c.finished for c in cut) >= 2
+    assert max(len(c.ids) for c in cut) == sorted(len(c.ids) for c in whole)[1] < max(len(c.ids) for c in whole)  # stopped at the second row's end
+
+
+def test_features_are_recomputed_from_the_ids():
+    target = tiny_target()
+    records = [Record(i, [1, 2, 3, 4][: 2 + i], [5, 6, 255], True, "f", 0.0) for i in range(3)]
+    out = sorted(sequences(target, records, batch_tokens=12), key=lambda s: len(s.tokens))
+    assert [s.tokens.tolist() for s in out] == [r.prompt + r.response for r in records]
+    assert [s.prompt_length for s in out] == [2, 3, 4]
+    assert all(s.features.shape == (len(s.tokens), target.config.hidden_size) and s.features.dtype == torch.float16 for s in out)

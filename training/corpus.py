@@ -1,0 +1,342 @@
+"""The draft head's training corpus: prompts like the ones people send, built offline, and the
+target's own answers to them, as token ids in resumable shards.
+
+    python -m training.corpus --target-tokens 2000000       # everything into data/draft-corpus/, resuming where it stopped
+    nohup python -m training.corpus --target-tokens 2000000 > corpus.log 2>&1 &    # in the background
+    python -m training.corpus --max-shards 20                # stop after 20 new shards (time boxing)
+    python -m training.corpus --smoke --out /tmp/corpus      # a tiny random target, seconds (tests)
+
+Stages, each a job of shards under --out (training/shards.py), each starting when the one before is done:
+  user-turns     the target writes user messages itself (training/self_prompts.py, Magpie)
+  articles       it writes articles of 300-1,500 tokens: the passages of the summary, question and extraction tasks
+  first-answers  it answers the first turn of the two-turn chats
+  second-turns   it writes the second user turn of half of those chats; the others take a follow-up from the seeds
+  responses      it answers every prompt of the final set, greedy or sampled, up to 256 tokens, until --target-tokens
+The final set (prompts.jsonl.gz) mixes those prompts with the task families (training/task_families.py)
+and draft_data's templated training prompts. Generated texts pass the quality filter and near-duplicate
+removal; nothing overlapping an evaluation prompt is kept (training/eval_overlap.py). report.json
+says how many of each kind were kept, what was dropped and why, and how varied the set is.
+The prompt set is made once per --out; --target-tokens may grow on a rerun, and --batch-size only
+shapes jobs not yet started. The device is CUDA when there is one (load_model's choice), so a GPU
+runs the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import random
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from specdec_core import EMBEDDED_ID, load_model, stop_token_ids
+from specdec_core.sources import cache_dir
+from training import diversity
+from training.dedupe import distinct
+from training.draft_data import TEMPERATURES, sample_prompts
+from training.eval_overlap import OverlapFilter
+from training.generation import encode_chat, free_cores
+from training.quality import TextLimits, defect
+from training.self_prompts import TEMPERATURE, TOP_P, UserTurnRequest, first_turn_requests, pre_query, user_text
+from training.shards import Job, Record, Request, ShardBudget, Stopped, run
+from training.task_families import article_requests, load_seeds, passage_prompts, template_prompts
+from training.text_ngrams import words
+from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
+
+# In the repository, not the cache: token ids only (~2 bytes a token, ~4 MB for 2M tokens), committed as
+# the shards land, so that generation goes on across sessions and machines where it stopped.
+CORPUS_DIR = Path(__file__).resolve().parent.parent / "data" / "draft-corpus"
+ARTICLE_TEMPERATURE = 0.8  # coherent articles; greedy decoding loops on long text
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    prompts: int = 12_000  # planned size of the final prompt set; the filters keep most of it
+    target_tokens: int = 2_000_000  # response tokens
+    batch_size: int = 48  # the fastest measured on 2 CPU cores (training/throughput.py); more on a GPU
+    response_tokens: int = 256
+    user_turn_tokens: int = 128
+    passage_min_tokens: int = 300
+    passage_max_tokens: int = 1500
+    # Shares of the final set by source; draft_data's templated prompts make up the rest.
+    magpie_share: float = 0.35
+    chat_share: float = 0.12
+    family_share: float = 0.25
+    passage_share: float = 0.08
+    oversample: float = 1.6  # user turns and articles generated per one needed: the filters drop some
+    quorum: float = 0.8  # a batch of user turns or articles stops when this share has ended (generation.Sampling)
+    seed: int = 0
+
+    @staticmethod
+    def smoke() -> Recipe:
+        return Recipe(prompts=60, target_tokens=100, batch_size=8, response_tokens=16, user_turn_tokens=16, passage_min_tokens=2,
+                      passage_max_tokens=40, oversample=3.0)
+
+    def count(self, share: float) -> int:
+        return round(share * self.prompts)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    stops: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusPrompt:
+    source: str  # "magpie", "two_turn", "family", "passage" or "templated"
+    family: str
+    turns: tuple[str, ...]  # user, assistant, user, ...: the target answers the last one
+    temperature: float
+
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": ("user", "assistant")[i % 2], "content": text} for i, text in enumerate(self.turns)]
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """What one build needs at every stage, and what it has dropped so far."""
+
+    target: Target
+    recipe: Recipe
+    out: Path
+    budget: ShardBudget
+    seeds: dict
+    overlap: OverlapFilter
+    dropped: dict[str, Counter]
+
+    def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None) -> Job:
+        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens)
+
+    def rng(self, stage: str) -> random.Random:
+        return random.Random(f"{self.recipe.seed}-{stage}")
+
+    def screen(self, stage: str, texts: list[str], limits: TextLimits, rejected: list[str | None]) -> list[int]:
+        """Indices of the usable texts: not rejected already (unfinished, say), no defect, no
+        evaluation overlap, no near-duplicate of an earlier one."""
+        reasons = self.dropped.setdefault(stage, Counter())
+        usable = []
+        for i, text in enumerate(texts):
+            reason = rejected[i] or defect(text, limits) or _overlap_reason(self.overlap.overlap(text))
+            if reason:
+                reasons[reason] += 1
+            else:
+                usable.append(i)
+        kept = [usable[j] for j in distinct([texts[i] for i in usable])]
+        reasons["near-duplicate"] += len(usable) - len(kept)
+        return kept
+
+
+def _overlap_reason(name: str | None) -> str | None:
+    return f"overlaps {name}" if name else None
+
+
+# ---- stages ----------------------------------------------------------------------------------------
+
+
+def user_turns(build: Build) -> list[tuple[str, str]]:
+    """(family, message) written by the target, as many as the single-turn and two-turn prompts need."""
+    recipe, tokenizer = build.recipe, build.target.tokenizer
+    wanted = recipe.count(recipe.magpie_share) + recipe.count(recipe.chat_share)
+    requests = first_turn_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("user-turns"))
+    records = _generate(build, "user-turns", [Request(tuple(pre_query(tokenizer, r)), r.family, TEMPERATURE) for r in requests],
+                        TOP_P, recipe.user_turn_tokens, recipe.quorum)
+    texts = [user_text(tokenizer, request, record.response) for request, record in zip(requests, records)]
+    kept = build.screen("user-turns", texts, TextLimits(), [_unfinished(r) or _opening_only(tokenizer, r) for r in records])
+    return [(requests[i].family, texts[i]) for i in kept][:wanted]
+
+
+def passages(build: Build) -> list[tuple[str, str]]:
+    """(topic, article) written by the target, between the recipe's token bounds."""
+    recipe = build.recipe
+    wanted = math.ceil(recipe.count(recipe.passage_share) / 2)  # two prompts per passage
+    requests = article_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("articles"))
+    encoded = [Request(tuple(encode_chat(build.target.tokenizer, [{"role": "user", "content": r.text}])), "article", ARTICLE_TEMPERATURE) for r in requests]
+    records = _generate(build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum)
+    bounds = range(recipe.passage_min_tokens, recipe.passage_max_tokens + 1)
+    rejected = [_unfinished(r) or (None if len(r.response) - 1 in bounds else "length") for r in records]
+    # The token bounds decide the length; the word limits only keep the quality checks from objecting.
+    limits = TextLimits(min_words=1, max_words=2 * recipe.passage_max_tokens)
+    texts = [_answer(build, r) for r in records]
+    kept = build.screen("articles", texts, limits, rejected)
+    return [(requests[i].topic, texts[i]) for i in kept][:wanted]
+
+
+def two_turn_chats(build: Build, firsts: list[tuple[str, str]]) -> list[CorpusPrompt]:
+    """[user, the target's answer, a second user turn]: written by the target for even chats, a seed follow-up for odd ones."""
+    recipe, tokenizer = build.recipe, build.target.tokenizer
+    temperatures = [TEMPERATURES[i % len(TEMPERATURES)] for i in range(len(firsts))]
+    asked = [Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": text}])), family, t) for (family, text), t in zip(firsts, temperatures)]
+    answers = [_answer(build, r) for r in _generate(build, "first-answers", asked, 1.0, recipe.response_tokens)]
+    # An empty or looping first answer makes a conversation nobody would continue.
+    reasons = build.dropped.setdefault("first-answers", Counter())
+    limits = TextLimits(min_words=1, max_words=10 * recipe.response_tokens)
+    chats = []
+    for (family, first), answer in zip(firsts, answers):
+        reason = defect(answer, limits)
+        if reason:
+            reasons[reason] += 1
+        else:
+            chats.append((family, first, answer))
+    writer = UserTurnRequest("chat", None, "")
+    written = [Request(tuple(pre_query(tokenizer, writer, _chat_messages(c[1], c[2]))), c[0], TEMPERATURE) for c in chats[::2]]
+    records = _generate(build, "second-turns", written, TOP_P, recipe.user_turn_tokens, recipe.quorum)
+    seconds = [user_text(tokenizer, writer, r.response) for r in records]
+    usable = set(build.screen("second-turns", seconds, TextLimits(), [_unfinished(r) for r in records]))
+    rng = build.rng("follow-ups")
+    prompts = []
+    for i, (family, first, answer) in enumerate(chats):
+        own = seconds[i // 2] if i % 2 == 0 and i // 2 in usable else None
+        second = own or rng.choice(build.seeds["follow_ups"])  # a dropped own turn falls back to a follow-up
+        prompts.append(CorpusPrompt("two_turn", family, (first, answer, second), 0.0))
+    return prompts
+
+
+def _chat_messages(first: str, answer: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": first}, {"role": "assistant", "content": answer}]
+
+
+def _generate(build: Build, name: str, requests: list[Request], top_p: float, max_new_tokens: int, quorum: float = 1.0) -> list[Record]:
+    return run(build.target.model, requests, build.job(name, top_p, max_new_tokens, quorum), build.target.stops, build.budget)
+
+
+def _unfinished(record: Record) -> str | None:
+    """A turn the target never ended (cut at max_new_tokens) is not a whole message."""
+    return None if record.finished else "unfinished"
+
+
+def _opening_only(tokenizer: PreTrainedTokenizerBase, record: Record) -> str | None:
+    """The target ended the turn right after the opening words: no request in it."""
+    return None if len(words(tokenizer.decode(record.response, skip_special_tokens=True))) >= 2 else "opening only"
+
+
+def _answer(build: Build, record: Record) -> str:
+    return build.target.tokenizer.decode(record.response, skip_special_tokens=True).strip()
+
+
+# ---- the prompt set --------------------------------------------------------------------------------
+
+
+def assemble(build: Build, singles: list[tuple[str, str]], chats: list[CorpusPrompt], articles: list[tuple[str, str]]) -> list[CorpusPrompt]:
+    """Every source together, exact repeats and evaluation overlaps dropped, shuffled, temperatures assigned."""
+    recipe, seeds = build.recipe, build.seeds
+    others = recipe.magpie_share + recipe.chat_share + recipe.family_share + recipe.passage_share
+    templated = sample_prompts("train", recipe.count(1 - others), seed=recipe.seed)
+    candidates = [
+        *(CorpusPrompt("magpie", family, (text,), 0.0) for family, text in singles),
+        *chats,
+        *(CorpusPrompt("family", p.family, (p.text,), 0.0) for p in template_prompts(seeds, recipe.count(recipe.family_share), build.rng("families"))),
+        *(CorpusPrompt("passage", p.family, (p.text,), 0.0) for p in passage_prompts(articles, seeds, build.rng("passages"))),
+        *(CorpusPrompt("templated", p.kind, (p.text,), 0.0) for p in templated),
+    ]
+    reasons = build.dropped.setdefault("prompt set", Counter())
+    seen: set[str] = set()
+    kept = []
+    for prompt in candidates:
+        key = "\n".join(prompt.turns[::2]).strip().lower()
+        overlap = next(filter(None, (build.overlap.overlap(t) for t in prompt.turns[::2])), None)
+        if overlap or key in seen:
+            reasons[f"overlaps {overlap}" if overlap else "repeat"] += 1
+            continue
+        seen.add(key)
+        kept.append(prompt)
+    build.rng("order").shuffle(kept)
+    return [replace(p, temperature=TEMPERATURES[i % len(TEMPERATURES)]) for i, p in enumerate(kept)]
+
+
+def write_prompt_set(build: Build, prompts: list[CorpusPrompt], singles: list[tuple[str, str]]) -> None:
+    path = build.out / "prompts.jsonl.gz"
+    with gzip.open(path.with_name(path.name + ".tmp"), "wt", encoding="utf-8") as f:
+        for p in prompts:
+            f.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
+    path.with_name(path.name + ".tmp").replace(path)
+    report = {
+        "recipe": asdict(build.recipe),
+        "sources": dict(Counter(p.source for p in prompts)),
+        "families": dict(Counter(f"{p.source}/{p.family}" for p in prompts).most_common()),
+        "temperatures": {str(t): n for t, n in sorted(Counter(p.temperature for p in prompts).items())},
+        "dropped": {stage: dict(c.most_common()) for stage, c in build.dropped.items()},
+        "diversity": {
+            "magpie user turns": diversity.report([text for _, text in singles]),
+            "all prompts (last user turn)": diversity.report([p.turns[-1] for p in prompts]),
+        },
+    }
+    (build.out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+
+
+def read_prompt_set(folder: Path) -> list[CorpusPrompt]:
+    with gzip.open(folder / "prompts.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [CorpusPrompt(d["source"], d["family"], tuple(d["turns"]), d["temperature"]) for d in map(json.loads, f)]
+
+
+# ---- the whole build -------------------------------------------------------------------------------
+
+
+def build_corpus(target: Target, recipe: Recipe, out: Path, max_shards: int | None = None) -> list[Record]:
+    """The prompt set (made once), then the target's responses up to the token target. Raises
+    shards.Stopped when max_shards new shards are written; the next call goes on from there."""
+    out.mkdir(parents=True, exist_ok=True)
+    build = Build(target, recipe, out, ShardBudget(max_shards), load_seeds(), OverlapFilter(), {})
+    if not (out / "prompts.jsonl.gz").is_file():
+        turns = user_turns(build)
+        chats = recipe.count(recipe.chat_share)
+        articles = passages(build)
+        prompts = assemble(build, turns[chats:], two_turn_chats(build, turns[:chats]), articles)
+        write_prompt_set(build, prompts, turns[chats:])
+    prompts = read_prompt_set(out)
+    requests = [Request(tuple(encode_chat(target.tokenizer, p.messages())), f"{p.source}/{p.family}", p.temperature) for p in prompts]
+    job = build.job("responses", 1.0, recipe.response_tokens, target_tokens=recipe.target_tokens)
+    return run(target.model, requests, job, target.stops, build.budget)
+
+
+def embedded_target() -> Target:
+    loaded = load_model(EMBEDDED_ID)
+    return Target(loaded.model, loaded.tokenizer, sorted(stop_token_ids(loaded.tokenizer, loaded.model)))
+
+
+def smoke_target() -> Target:
+    tokenizer = tiny_chat_tokenizer()
+    return Target(tiny_chat_model(tokenizer), tokenizer, [tokenizer.eos_token_id])
+
+
+def main(argv: list[str] | None = None) -> list[Record] | None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for f in fields(Recipe):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None)
+    parser.add_argument("--out", type=Path, default=None, help=f"default: {CORPUS_DIR.relative_to(CORPUS_DIR.parents[1])}")
+    parser.add_argument("--max-shards", type=int, default=None, help="stop after writing this many new shards")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the cores other work leaves free)")
+    parser.add_argument("--smoke", action="store_true", help="tiny random target and a tiny recipe (tests)")
+    args = parser.parse_args(argv)
+    base = Recipe.smoke() if args.smoke else Recipe()
+    recipe = replace(base, **{f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name) is not None})
+    out = args.out or (cache_dir() / "draft-corpus-smoke" if args.smoke else CORPUS_DIR)
+    target = smoke_target() if args.smoke else embedded_target()
+    # A tiny model gains nothing from a second thread; a real one gets the cores nothing else is using.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(args.threads or (1 if args.smoke else free_cores()))
+    try:
+        records = build_corpus(target, recipe, out, args.max_shards)
+    except Stopped as stop:
+        print(f"{stop}; run the same command again to go on", file=sys.stderr)
+        return None
+    finally:
+        torch.set_num_threads(previous)
+    tokens = sum(len(r.response) for r in records)
+    size = sum(p.stat().st_size for p in (out / "responses").glob("shard-*.npz"))
+    print(f"{out}: {len(records):,} responses, {tokens:,} response tokens, {size / 1e6:.1f} MB of response shards", file=sys.stderr)
+    if tokens < recipe.target_tokens:
+        print("every prompt is answered short of --target-tokens: a larger --prompts needs a new --out", file=sys.stderr)
+    return records
+
+
+if __name__ == "__main__":
+    main()
