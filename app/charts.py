@@ -15,6 +15,7 @@ from specdec_core.drafters.tree import depths
 from specdec_core.tuning import CostCurve
 
 from .race import Race
+from .views import draft_q
 
 COLORS = {
     "accepted": "#2e9d57",
@@ -274,8 +275,8 @@ def _label(token_text: str) -> str:
 
 
 def _node_hover(step: SpecStep, node: int, text) -> str:
-    q = step.draft_probs[node] if step.draft_probs is not None else None
-    q_text = "n/a (n-gram guess)" if q is None or q != q else f"{q:.3f}"
+    q = draft_q(step, node)
+    q_text = "n/a (n-gram guess)" if q is None else f"{q:.3f}"
     return (f"{text(step.draft_tokens[node])!r} · draft q={q_text} · target p={step.target_probs[node]:.3f} · "
             f"min(1, p/q)={step.accept_probs[node]:.3f}")
 

@@ -56,9 +56,16 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _node_probs(step: SpecStep, node: int) -> str:
+def draft_q(step: SpecStep, node: int) -> float | None:
+    """q(x) of a node; None for a model-free guess (an n-gram drafter, or a lookup-only node of the
+    hybrid's tree, which carries NaN)."""
     q = step.draft_probs[node] if step.draft_probs is not None else None
-    q_text = "n/a (n-gram guess, q = 1)" if q is None or q != q else _pct(q)  # q != q: NaN, a lookup-only node
+    return None if q is None or q != q else q
+
+
+def _node_probs(step: SpecStep, node: int) -> str:
+    q = draft_q(step, node)
+    q_text = "n/a (n-gram guess, q = 1)" if q is None else _pct(q)
     return f"draft q={q_text} · target p={_pct(step.target_probs[node])} · accept prob={_pct(step.accept_probs[node])}"
 
 
@@ -147,8 +154,8 @@ def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) ->
     rows = []
     for node, token in enumerate(step.draft_tokens):
         verdict, outcome = ("accepted", ACCEPTED) if node in step.path else (refused[node], REJECTED)
-        q = step.draft_probs[node] if step.draft_probs is not None else None
-        q_text = "1 (n-gram)" if q is None or q != q else f"{q:.3f}"
+        q = draft_q(step, node)
+        q_text = "1 (n-gram)" if q is None else f"{q:.3f}"
         parent = "root" if step.parents[node] < 0 else f"{step.parents[node] + 1}"
         rows.append(
             f"<tr><td>{node + 1}</td><td>{parent}</td><td>{_span(text(token), outcome, verdict)}</td><td>{q_text}</td>"

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 from ..errors import SpecDecError
 from ..kv_cache import CachedModel
 from ..models import MODELS, LoadedModel, _load, default_dtype
-from ..tuning import CONTEXT_TOKENS, measured_cost_ratio, median_seconds, record_draft_pass
+from ..tuning import CONTEXT_TOKENS, cost_curve, measured_cost_ratio, median_seconds, record_draft_pass
 from ..sampling import Sampler
 from ..sources import classify, loaded_bytes, parameter_count
 from .base import Draft
@@ -82,12 +82,17 @@ def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
 
 
 def measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -> None:
-    """Records one pass of a model draft (for c), once per target and drafter."""
+    """Records one pass of a model draft (for c), once per target and drafter: its T(1) from the
+    tuning of its own load where it has one (the bfloat16 copy, a hub draft), else timed here."""
     if measured_cost_ratio(target.source, default_dtype(), spec) is not None:
+        return
+    how = str(next(model.parameters()).dtype).removeprefix("torch.")
+    curve = cost_curve(model)
+    if curve is not None:
+        record_draft_pass(target.source, spec, curve.seconds[0], how)
         return
     cache = CachedModel(model)
     cache.forward(list(range(100, 100 + CONTEXT_TOKENS)))
-    how = str(next(model.parameters()).dtype).removeprefix("torch.")
     record_draft_pass(target.source, spec, median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS))), how)
 
 
