@@ -73,12 +73,14 @@ gives {expected_speedup(0.8, 4, 0.05):.2f}×.
 """
 
 HEAD_INTRO = """### The embedded model's draft: an EAGLE head trained here
-No small model of SmolLM2-135M's family exists, so its default draft is a learned **draft head** (EAGLE, Li et al.
+No small model of SmolLM2-135M's family exists, so its draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
 frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to a few
 thousand generated prompts (`python -m training.train_head`); the curve shows how often its guess equals the
-target's greedy choice, per draft position, on **held-out prompts about topics it never saw**."""
+target's greedy choice, per draft position, on **held-out prompts about topics it never saw**. The default drafter
+puts the head's tree and n-gram lookup in one tree: on real prompts the head alone guesses the first token
+right only 4-52% of the time, and lookup adds the copies (names, code, passages) it misses."""
 
 
 def head_learning_curve() -> list[dict]:

@@ -20,8 +20,9 @@ from specdec_core.cpu_kernels import speed_up_linears
 torch.set_num_threads(2)
 
 
-def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 256) -> LlamaForCausalLM:
-    """A random 2-layer Llama: real attention, real KV cache, a forward pass in well under a millisecond."""
+def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 256, fast: bool = True) -> LlamaForCausalLM:
+    """A random 2-layer Llama: real attention, real KV cache, a forward pass in well under a millisecond.
+    fast: with the project's CPU linears (cpu_kernels.speed_up_linears); else stock nn.Linear."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab_size,
@@ -39,7 +40,7 @@ def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 2
     # Sharper logits than the init gives, so that greedy paths are not near-ties.
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
-    return speed_up_linears(model)
+    return speed_up_linears(model) if fast else model
 
 
 @pytest.fixture(params=["native", "avx2"])

@@ -1,0 +1,154 @@
+"""python -m bench --bandwidth: plain decoding against this machine's memory-bandwidth bound, and where
+a pass's time goes.
+
+A decode step must read every weight once, so weight bytes / read bandwidth is the fastest a token
+can come; the report gives plain decoding's time per token as a fraction of that bound, with the
+bandwidth measured in the same run (torch.sum over 256 MB: a pure streaming read on all threads).
+It also gives the verification cost curve T(n)/T(1) that speculation's gain depends on, and a
+torch.profiler breakdown by op of a one-token pass and a (k + 1)-token verification pass.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import datetime, timezone
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from specdec_core.kv_cache import CachedModel
+from specdec_core.machine import this_machine
+from specdec_core.models import load_model, load_stock
+from specdec_core.prompts import encode_prompt, stop_token_ids
+from specdec_core.sources import EMBEDDED_ID
+from specdec_core.tuning import CONTEXT_TOKENS, cost_curve
+
+from .compiled import compiled_greedy
+from .measure import bench_prompts, measure, ours, theirs
+
+STREAM_BYTES = 256 * 2**20
+
+
+def read_bandwidth(repeats: int = 7) -> float:
+    """Bytes per second of a streaming read over STREAM_BYTES (median of repeats), far larger than any cache."""
+    data = torch.ones(STREAM_BYTES // 4)
+    data.sum()  # first touch: page faults are not bandwidth
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        data.sum()
+        seconds.append(time.perf_counter() - started)
+    return STREAM_BYTES / statistics.median(seconds)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes a decode step reads: every weight once (a tied embedding once, as the output layer reads it
+    whole). A released dense weight (cpu_kernels.release_dense_weights) is a meta tensor of the packed
+    one's shape and dtype, so it counts the bytes actually read."""
+    seen: set[int] = set()
+    total = 0
+    for param in model.parameters():
+        if id(param) not in seen:
+            seen.add(id(param))
+            total += param.numel() * param.element_size()
+    return total
+
+
+@torch.inference_mode()
+def op_profile(model: torch.nn.Module, width: int, passes: int = 20, top: int = 10) -> dict:
+    """Milliseconds per pass of `width` new tokens behind CONTEXT_TOKENS cached ones: wall time (median,
+    unprofiled), and self CPU time by op under torch.profiler (the top ones, the rest summed, and the
+    time outside any op: Python)."""
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    context = torch.randint(vocab, (CONTEXT_TOKENS,), generator=generator).tolist()
+    new = torch.randint(vocab, (width,), generator=generator).tolist()
+    cached = CachedModel(model)
+    cached.forward(context)
+
+    def one_pass() -> None:
+        cached.forward(new, width)
+        cached.rollback(len(context))
+
+    one_pass()  # warm-up
+    walls = []
+    for _ in range(passes):  # unprofiled: the profiler adds its own time to every op
+        started = time.perf_counter()
+        one_pass()
+        walls.append(time.perf_counter() - started)
+    wall = 1000 * statistics.median(walls)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(passes):
+            one_pass()
+    ops = sorted(((e.key, e.self_cpu_time_total / 1000 / passes, e.count // passes) for e in prof.key_averages()),
+                 key=lambda op: -op[1])
+    in_ops = sum(ms for _, ms, _ in ops)
+    return {
+        "width": width, "wall_ms": wall,
+        "ops": [{"op": name, "ms": ms, "calls": calls} for name, ms, calls in ops[:top]],
+        "other_ops_ms": sum(ms for _, ms, _ in ops[top:]),
+        "outside_ops_ms": max(0.0, wall - in_ops),  # Python between ops: unprofiled wall minus the ops' own time
+    }
+
+
+def bandwidth_report(args) -> dict:
+    target = load_model(EMBEDDED_ID)
+    stops = stop_token_ids(target.tokenizer, target.model)
+    stock = load_stock(EMBEDDED_ID, torch.float32)
+    weights = weight_bytes(target.model)
+    decode, compile_seconds = compiled_greedy(load_stock(EMBEDDED_ID, torch.float32)) if args.compiled else (None, None)
+    before = read_bandwidth()
+    methods, prompts = {}, []
+    for workload, item in bench_prompts(args.prompts):
+        prompt, label = encode_prompt(target.tokenizer, item.text), f"{workload}: {item.text[:40]}"
+        methods[f"plain {label}"] = ours(target.model, prompt, args.tokens, stops)
+        methods[f"hf generate {label}"] = theirs(stock, prompt, args.tokens, stops)
+        if decode:
+            methods[f"compiled {label}"] = lambda prompt=prompt: (decode(prompt, args.tokens, stops), [], None)
+        prompts.append(label)
+    timings, outputs = measure(methods, args.repeats)
+    after = read_bandwidth()
+    bound = weights / ((before + after) / 2)
+
+    def ms_per_token(method: str) -> float:
+        return 1000 * statistics.median(1 / timings[f"{method} {label}"].tokens_per_second for label in prompts)
+
+    def identical(method: str) -> bool:
+        return all(outputs[f"{method} {label}"] == outputs[f"plain {label}"] for label in prompts)
+
+    curve = cost_curve(target.model)
+    report = {
+        "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
+        "weight_bytes": weights, "read_bandwidth_gbs": [before / 1e9, after / 1e9],
+        "bound_ms_per_token": 1000 * bound, "plain_ms_per_token": ms_per_token("plain"),
+        "fraction_of_bound": 1000 * bound / ms_per_token("plain"),
+        "verify_ratio": curve.ratios if curve else None,  # measured at load (tuning.py)
+        "identical_to_generate": identical("hf generate"),
+        "profile": [op_profile(target.model, width) for width in (1, args.head_k + 1)],
+    }
+    if decode:
+        report["compiled"] = {"compile_seconds": compile_seconds, "ms_per_token": ms_per_token("compiled"),
+                              "fraction_of_bound": 1000 * bound / ms_per_token("compiled"), "identical": identical("compiled")}
+    print_bandwidth(report)
+    return report
+
+
+def print_bandwidth(report: dict) -> None:
+    print(f"{report['machine']['kind']}: read bandwidth "
+          f"{report['read_bandwidth_gbs'][0]:.1f} / {report['read_bandwidth_gbs'][1]:.1f} GB/s (before / after)")
+    print(f"weights {report['weight_bytes'] / 1e6:.0f} MB: bound {report['bound_ms_per_token']:.1f} ms/token; plain decoding "
+          f"{report['plain_ms_per_token']:.1f} ms/token = {100 * report['fraction_of_bound']:.0f}% of the bound; "
+          f"identical to generate: {report['identical_to_generate']}")
+    if "compiled" in report:
+        compiled = report["compiled"]
+        print(f"compiled one-token pass (experiment, bench/compiled.py): {compiled['ms_per_token']:.1f} ms/token = "
+              f"{100 * compiled['fraction_of_bound']:.0f}% of the bound, compiling took {compiled['compile_seconds']:.0f} s; "
+              f"identical to plain: {compiled['identical']}")
+    if report["verify_ratio"]:
+        print("T(n)/T(1), n = 1..: " + " ".join(f"{r:.2f}" for r in report["verify_ratio"]))
+    for run in report["profile"]:
+        print(f"\n{run['width']}-token pass: {run['wall_ms']:.1f} ms wall")
+        for op in run["ops"]:
+            print(f"  {op['op']:52s} {op['ms']:6.2f} ms  {op['calls']:4d} calls")
+        print(f"  {'other ops':52s} {run['other_ops_ms']:6.2f} ms\n  {'outside ops (Python)':52s} {run['outside_ops_ms']:6.2f} ms")
