@@ -22,7 +22,7 @@ from specdec_core.machine import this_machine
 from specdec_core.models import load_model, load_stock
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.tuning import CONTEXT_TOKENS, cost_curve
+from specdec_core.tuning import CONTEXT_TOKENS, cost_curve, median_seconds
 
 from .compiled import compiled_greedy
 from .measure import bench_prompts, measure, ours, theirs
@@ -46,13 +46,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes a decode step reads: every weight once (a tied embedding once, as the output layer reads it
     whole). A released dense weight (cpu_kernels.release_dense_weights) is a meta tensor of the packed
     one's shape and dtype, so it counts the bytes actually read."""
-    seen: set[int] = set()
-    total = 0
-    for param in model.parameters():
-        if id(param) not in seen:
-            seen.add(id(param))
-            total += param.numel() * param.element_size()
-    return total
+    return sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() yields a shared one once
 
 
 @torch.inference_mode()
@@ -71,13 +65,7 @@ def op_profile(model: torch.nn.Module, width: int, passes: int = 20, top: int = 
         cached.forward(new, width)
         cached.rollback(len(context))
 
-    one_pass()  # warm-up
-    walls = []
-    for _ in range(passes):  # unprofiled: the profiler adds its own time to every op
-        started = time.perf_counter()
-        one_pass()
-        walls.append(time.perf_counter() - started)
-    wall = 1000 * statistics.median(walls)
+    wall = 1000 * median_seconds(one_pass, passes)  # unprofiled: the profiler adds its own time to every op
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(passes):
             one_pass()
