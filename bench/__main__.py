@@ -5,6 +5,7 @@
     python -m bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
     python -m bench --suite spec_bench|realistic [--per-category 3] [--tokens 96]   # per category, every drafter
     python -m bench --bandwidth [--compiled] [--force-avx2]   # plain decoding against the memory-bandwidth bound; profile by op
+    python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees by shape, and their modelled cost
 
 The prompts are the held-out split of the draft head's training prompts (training/draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
@@ -37,6 +38,7 @@ from specdec_core.machine import this_machine
 from .bandwidth import bandwidth_report
 from .costs import cost_report
 from .suite import suite_report
+from .trees import tree_report
 from .measure import Timing, bench_prompts, measure, ours, paired_ratio, peak_rss_mib, theirs, write_report
 
 
@@ -81,8 +83,11 @@ def main() -> None:
     parser.add_argument("--suite", choices=["spec_bench", "realistic"], help="per category: chain, tree, hybrid, n-gram, bf16")
     parser.add_argument("--per-category", type=int, default=3, help="--suite: prompts per category")
     parser.add_argument("--ks", default="2,3,4", help="--suite: the head chain's fixed k values (the best is reported)")
+    parser.add_argument("--methods", default="", help="--suite: only these methods, comma-separated (default: all)")
+    parser.add_argument("--categories", default="", help="--suite: only these categories, comma-separated (default: all)")
     parser.add_argument("--bandwidth", action="store_true", help="plain decoding as a fraction of the bandwidth bound; where a pass's time goes")
     parser.add_argument("--compiled", action="store_true", help="--bandwidth: also an inductor-compiled one-token pass (an experiment; minutes to compile)")
+    parser.add_argument("--trees", action="store_true", help="tokens per pass of the head's chains and trees by shape and budget, with their modelled cost")
     parser.add_argument("--force-avx2", action="store_true", help="run as on a CPU without AVX-512 (no oneDNN bfloat16)")
     args = parser.parse_args()
     torch.set_num_threads(2)
@@ -95,6 +100,9 @@ def main() -> None:
         return
     if args.bandwidth:
         write_report(bandwidth_report(args), args.out, "bandwidth")
+        return
+    if args.trees:
+        write_report(tree_report(args), args.out, "trees")
         return
     if args.suite:
         write_report(suite_report(args), args.out, f"suite-{args.suite}")

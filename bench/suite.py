@@ -26,23 +26,14 @@ from .measure import measure, ours, paired_ratio
 
 
 def suite_report(args) -> dict:
+    drafts, groups = _chosen(args)  # bad names fail here, before minutes of loading
     target = load_model(EMBEDDED_ID)
     stops = stop_token_ids(target.tokenizer, target.model)
     curve = tuning_of(EMBEDDED_ID, target.model.dtype).curve
-    ks = [int(k) for k in args.ks.split(",")]
-    drafts = {f"head k={k}": (DRAFT_EAGLE, DraftConfig(k=k)) for k in ks} | {
-        "head adaptive": (DRAFT_EAGLE, DraftConfig(k=3, adaptive=True)),
-        "head tree k=3": (DRAFT_EAGLE_TREE, DraftConfig(k=3)),
-        "hybrid k=3": (DRAFT_HYBRID, DraftConfig(k=3)),
-        "ngram k=3": (DRAFT_NGRAM, DraftConfig(k=3)),
-        "ngram adaptive": (DRAFT_NGRAM, DraftConfig(k=3, adaptive=True)),
-        "bf16 k=3": (DRAFT_BF16, DraftConfig(k=3)),
-    }
     for spec, _ in drafts.values():
         make_drafter(spec, target)  # load and measure each once, outside the timed runs
     report = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
               "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9), "categories": {}}
-    groups = by_category(args.suite, args.per_category)
     first = encode_prompt(target.tokenizer, next(iter(groups.values()))[0].text)
     measure(_methods(target, first, 8, stops, drafts), 1)  # untimed: one-time set-up of every method's shapes
     for category, prompts in groups.items():
@@ -52,12 +43,37 @@ def suite_report(args) -> dict:
             timings, outputs = measure(_methods(target, prompt, args.tokens, stops, drafts), args.repeats)
             rows.append({name: _method_row(t, timings["plain"], outputs[name] == outputs["plain"])
                          for name, t in timings.items() if name != "plain"})
-        report["categories"][category] = _category_summary(rows, [f"head k={k}" for k in ks])
+        report["categories"][category] = _category_summary(rows, [name for name in drafts if name.startswith("head k=")])
         print(f"[{category}] " + ", ".join(f"{m} {v['speedup']:.2f}x/{v['tokens_per_pass']:.2f}"
                                            for m, v in report["categories"][category]["methods"].items()), flush=True)
     report["overall"] = _overall(report["categories"])
     print(report["overall"])
     return report
+
+
+def _chosen(args) -> tuple[dict, dict]:
+    """The methods (name -> drafter spec, draft config) and categories (name -> prompts) to run."""
+    drafts = {f"head k={k}": (DRAFT_EAGLE, DraftConfig(k=int(k))) for k in args.ks.split(",")} | {
+        "head adaptive": (DRAFT_EAGLE, DraftConfig(k=3, adaptive=True)),
+        "head tree k=3": (DRAFT_EAGLE_TREE, DraftConfig(k=3)),
+        "head tree k=4": (DRAFT_EAGLE_TREE, DraftConfig(k=4)),
+        "hybrid k=3": (DRAFT_HYBRID, DraftConfig(k=3)),
+        "hybrid adaptive": (DRAFT_HYBRID, DraftConfig(k=3, adaptive=True)),
+        "ngram k=3": (DRAFT_NGRAM, DraftConfig(k=3)),
+        "ngram adaptive": (DRAFT_NGRAM, DraftConfig(k=3, adaptive=True)),
+        "bf16 k=3": (DRAFT_BF16, DraftConfig(k=3)),
+    }
+    groups = by_category(args.suite, args.per_category)
+    return _only(drafts, args.methods, "--methods", "method"), _only(groups, args.categories, "--categories", "category")
+
+
+def _only(named: dict, wanted: str, option: str, what: str) -> dict:
+    if not wanted:
+        return named
+    names = wanted.split(",")
+    if unknown := set(names) - set(named):
+        raise SystemExit(f"{option}: no {what} named {sorted(unknown)}; choose from {sorted(named)}")
+    return {name: named[name] for name in names}
 
 
 def _methods(target, prompt: list[int], tokens: int, stops, drafts: dict) -> dict:
@@ -85,7 +101,7 @@ def _category_summary(rows: list[dict], chains: list[str]) -> dict:
     methods = {m: {"speedup": mean(m, "speedup"), "tokens_per_pass": mean(m, "tokens_per_pass"), "c": mean(m, "c"),
                    "first_depth": statistics.mean(r[m]["by_depth"][0] for r in rows if r[m]["by_depth"]) if any(r[m]["by_depth"] for r in rows) else None}
                for m in rows[0]}
-    best = max(chains, key=lambda m: methods[m]["speedup"])
+    best = max((m for m in chains if m in methods), key=lambda m: methods[m]["speedup"], default=None)
     return {"methods": methods, "head_best_k": best, "prompts": len(rows),
             "all_identical": all(r[m]["identical"] for r in rows for m in r)}
 

@@ -163,7 +163,8 @@ def speculative(
 
 
 def _speculative_step(run: _Run, drafter: Drafter, k: int) -> SpecStep:
-    draft = drafter.propose(run.context, k, run.sampler)
+    # A drafter may go deeper than k (the hybrid while copying): never past the budget.
+    draft = drafter.propose(run.context, k, run.sampler).within(run.remaining - 1)
     started = time.perf_counter()
     target_probs = run.target_pass(draft)  # [N + 1, V]
     tokens = torch.tensor(draft.tokens, dtype=torch.long)

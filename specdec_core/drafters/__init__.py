@@ -39,8 +39,9 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
         c = measured_cost_ratio(target.source, default_dtype(), chain_spec) or 0.0
         if (measured := draft_pass(target.source, chain_spec)) is not None:  # the same head, one pass per level
             record_draft_pass(target.source, spec, *measured)
-        tree = EagleDrafter(head, "EAGLE tree", TreeShape(), cost_curve(target.model), c)
-        return tree if prefix + ":" == DRAFT_EAGLE_TREE_PREFIX else HybridDrafter(tree)
+        curve = cost_curve(target.model)
+        tree = EagleDrafter(head, "EAGLE tree", TreeShape(), curve, c)
+        return tree if prefix + ":" == DRAFT_EAGLE_TREE_PREFIX else HybridDrafter(tree, verify_costs=curve, head_pass_cost=c)
     if spec == DRAFT_BF16:
         model = reduced_copy(target.source, torch.bfloat16)
         measure_draft_pass(target, spec, model)

@@ -15,6 +15,7 @@ import torch
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
+from .tree import depths
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,23 @@ class Draft:
     confidence: torch.Tensor | None  # [N] q(x) of each node's token, to show; None for model-free drafters
     passes: int  # draft forward passes spent (0 for model-free drafters)
     seconds: float
+
+    def within(self, depth: int) -> Draft:
+        """The nodes at most `depth` deep (what the budget leaves room for); parents come first, so a
+        node's ancestors always stay with it."""
+        kept = [node for node, d in enumerate(depths(self.parents)) if d <= depth]
+        if len(kept) == len(self.tokens):
+            return self
+        index = {node: i for i, node in enumerate(kept)}
+        rows = torch.tensor(kept, dtype=torch.long)
+        return Draft(
+            tokens=tuple(self.tokens[n] for n in kept),
+            parents=tuple(-1 if self.parents[n] < 0 else index[self.parents[n]] for n in kept),
+            probs=None if self.probs is None else self.probs[rows],
+            confidence=None if self.confidence is None else self.confidence[rows],
+            passes=self.passes,
+            seconds=self.seconds,
+        )
 
 
 class Drafter(Protocol):

@@ -4,6 +4,22 @@ When prompt lookup finds a continuation, it enters the head's tree as the first 
 root; where the two agree they share nodes. Copying prompts keep the lookup's long exact runs, open
 text keeps the head's guesses, and one target pass checks both. Its guesses are deterministic
 (q one-hot for the acceptance rule), like the tree's own top-k.
+
+The lookup branch has its own length, chosen like the adaptive k (schedule.py) from what it has
+earned in this run: its per-token acceptance a, and this machine's verification cost curve, the
+length with the most expected tokens per unit of pass cost, at least the head's depth k. While
+the text copies a span (the last lookup guess was accepted whole) the lookup drafts alone: the
+head's passes and side branches would only add cost there. The first guess accepted in part
+brings the head back; its cache catches up on the skipped positions in its next pass.
+
+The head also has to earn its passes. On each step it ran, the tokens it gave and what the step
+cost in target passes (the merged tree's verification from the measured curve, plus its k passes
+at the c measured at load) are set against what the lookup alone would have given on the same
+step (the accepted part of its guess, at the cost of verifying the guess only). Where the head's
+steps yield fewer tokens per unit of cost, on text it cannot predict (translation, for the
+embedded head), the lookup drafts alone, and the head is tried again every PROBE_EVERY steps.
+Both costs come from load-time measurements, not this run's clock, so a greedy run makes the
+same choices every time.
 """
 
 from __future__ import annotations
@@ -14,16 +30,43 @@ import torch
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
+from ..schedule import AdaptiveDraftLength
+from ..theory import expected_speedup
+from ..tuning import CostCurve
 from .base import Draft
 from .eagle import EagleDrafter
 from .ngram import NgramDrafter
+from .tree import chain
+
+DECAY = AdaptiveDraftLength.DECAY  # the past's weight for the lookup's acceptance, as in the adaptive k
+# The head's ledger remembers longer (about ten steps): one step's accepted count swings from 0 to k,
+# and a head turned off by a short unlucky run is only tried again PROBE_EVERY steps later.
+HEAD_DECAY = 0.9
 
 
 class HybridDrafter:
-    def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree") -> None:
+    LONGEST_LOOKUP = 16  # as the adaptive k's longest (schedule.ADAPTIVE_LONGEST)
+    PROBE_EVERY = 8  # steps without the head before it is tried again
+
+    def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree",
+                 verify_costs: CostCurve | None = None, head_pass_cost: float = 0.0) -> None:
+        """verify_costs: this machine's T(n)/T(1) (tuning.py), which sizes the lookup branch and prices
+        the tree (without it the lookup drafts k and the head always runs); head_pass_cost: the head's c."""
         self.name = name
         self.head = head
         self.lookup = lookup or NgramDrafter()
+        self._curve = verify_costs
+        self._head_pass_cost = head_pass_cost
+        self._guess: tuple[int, ...] = ()  # the last step's lookup guess
+        self._accepted = 0  # draft tokens the target accepted in the last step
+        self._judged = self._agreed = 0.0  # lookup tokens ruled on and accepted, decayed
+        self._head_step: tuple[int, int] | None = None  # the last step's merged tree size and head passes, if it ran
+        # Decayed tokens and costs of the head's steps, with the head and (counterfactually) without it.
+        # They start as two pseudo-steps where the head added a token, so that a few unlucky first steps
+        # do not turn it off; on text it cannot predict, about eight do.
+        self._with = [4.0, 2.0]
+        self._without = [2.0, 2.0]
+        self._without_head = 0  # steps since the head last ran
 
     def begin(self, target: CachedModel) -> None:
         self.head.begin(target)
@@ -33,32 +76,73 @@ class HybridDrafter:
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
-        guess = self.lookup.propose(context, k, sampler).tokens
+        copying = self._learn(context)
+        self._guess = guess = self.lookup.propose(context, self._length(k), sampler).tokens
+        if (copying and guess) or not self._head_pays():
+            self._head_step = None
+            self._without_head += 1
+            return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
+        self._without_head = 0
         tree = self.head.propose(context, k, sampler)
-        tokens, parents, confidence = list(guess), list(range(-1, len(guess) - 1)), [float("nan")] * len(guess)
-        merged: dict[int, int] = {}  # head node -> node of the merged tree
-        for node, (token, parent) in enumerate(zip(tree.tokens, tree.parents)):
-            under = -1 if parent < 0 else merged[parent]
-            same = next((n for n, p in enumerate(parents) if p == under and tokens[n] == token), None)
-            if same is None:
-                tokens.append(token), parents.append(under), confidence.append(float(tree.confidence[node]))
-                same = len(tokens) - 1
-            else:
-                confidence[same] = float(tree.confidence[node])  # a lookup guess the head also made
-            merged[node] = same
-        order = _parents_first(parents)
-        index = {old: new for new, old in enumerate(order)}
-        return Draft(
-            tokens=tuple(tokens[n] for n in order),
-            parents=tuple(-1 if parents[n] < 0 else index[parents[n]] for n in order),
-            probs=None,
-            confidence=torch.tensor([confidence[n] for n in order]),
-            passes=tree.passes,
-            seconds=time.perf_counter() - started,
-        )
+        draft = _merge(guess, tree, passes=tree.passes, seconds=time.perf_counter() - started)
+        self._head_step = (len(draft.tokens), tree.passes)
+        return draft
 
     def observe(self, accepted_count: int) -> None:
+        self._accepted = accepted_count
         self.head.observe(accepted_count)
+
+    def _learn(self, context: list[int]) -> bool:
+        """Scores the last step's lookup guess and head; True when the guess was accepted whole (the text is copying)."""
+        path = context[len(context) - 1 - self._accepted : -1]  # the accepted nodes' tokens
+        copied = next((n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess)))
+        if self._head_step is not None and self._curve is not None:
+            nodes, passes = self._head_step
+            cost = self._curve.ratio(nodes + 1) + passes * self._head_pass_cost
+            self._with = [HEAD_DECAY * self._with[0] + self._accepted + 1, HEAD_DECAY * self._with[1] + cost]
+            self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + self._curve.ratio(len(self._guess) + 1)]
+        if not self._guess:
+            return False
+        whole = copied == len(self._guess)
+        self._judged = DECAY * self._judged + copied + (not whole)
+        self._agreed = DECAY * self._agreed + copied
+        return whole
+
+    def _head_pays(self) -> bool:
+        with_rate, without_rate = self._with[0] / self._with[1], self._without[0] / self._without[1]
+        return with_rate >= without_rate or self._without_head >= self.PROBE_EVERY
+
+    def _length(self, k: int) -> int:
+        """The lookup guess's length: the most expected tokens per unit of verification cost, at least k."""
+        if self._curve is None or not self._judged:
+            return k
+        a = self._agreed / self._judged
+        return max(range(k, self.LONGEST_LOOKUP + 1), key=lambda n: expected_speedup(a, n, 0.0, self._curve.ratio(n + 1)))
+
+
+def _merge(guess: tuple[int, ...], tree: Draft, passes: int, seconds: float) -> Draft:
+    """The lookup guess as the first branch from the root, the head's tree merged into it (shared where equal)."""
+    tokens, parents, confidence = list(guess), list(range(-1, len(guess) - 1)), [float("nan")] * len(guess)
+    merged: dict[int, int] = {}  # head node -> node of the merged tree
+    for node, (token, parent) in enumerate(zip(tree.tokens, tree.parents)):
+        under = -1 if parent < 0 else merged[parent]
+        same = next((n for n, p in enumerate(parents) if p == under and tokens[n] == token), None)
+        if same is None:
+            tokens.append(token), parents.append(under), confidence.append(float(tree.confidence[node]))
+            same = len(tokens) - 1
+        else:
+            confidence[same] = float(tree.confidence[node])  # a lookup guess the head also made
+        merged[node] = same
+    order = _parents_first(parents)
+    index = {old: new for new, old in enumerate(order)}
+    return Draft(
+        tokens=tuple(tokens[n] for n in order),
+        parents=tuple(-1 if parents[n] < 0 else index[parents[n]] for n in order),
+        probs=None,
+        confidence=torch.tensor([confidence[n] for n in order]),
+        passes=passes,
+        seconds=seconds,
+    )
 
 
 def _parents_first(parents: list[int]) -> list[int]:

@@ -32,12 +32,17 @@ class NgramDrafter:
         length = len(context)
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             pattern = context[-n:]
-            # Latest match first: recent text predicts the continuation best.
+            best: list[int] = []
+            # Latest match first: recent text predicts the continuation best. A match too close to the
+            # end (inside a repeating run) leaves fewer than k tokens after it: an earlier one may not.
             for start in range(length - n - 1, -1, -1):
                 if context[start : start + n] == pattern:
                     continuation = context[start + n : start + n + k]
-                    if continuation:
+                    if len(continuation) == k:
                         return tuple(continuation)
+                    best = max(best, continuation, key=len)
+            if best:
+                return tuple(best)
         return ()
 
     def observe(self, accepted_count: int) -> None:

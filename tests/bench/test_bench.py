@@ -23,3 +23,36 @@ def test_bench_writes_a_complete_report(tmp_path, embedded):
         assert ratios and all(math.isfinite(v) and v > 0 for v in ratios)
     assert "ours plain / hf generate" in report["summary"]["structured"]
     assert "speedup ours ngram adaptive T=1" in report["summary"]["creative"]
+
+
+def run_bench(*args: str, out) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args, "--out", str(out)], capture_output=True, text=True, timeout=600)
+
+
+def test_suite_reports_each_chosen_method_per_category(tmp_path, embedded):
+    result = run_bench("--suite", "spec_bench", "--per-category", "1", "--tokens", "8", "--repeats", "1", "--ks", "3",
+                       "--methods", "head k=3,hybrid k=3,ngram adaptive", "--categories", "translation,summarization", out=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(next(tmp_path.glob("suite-spec_bench-*.json")).read_text())
+    assert list(report["categories"]) == ["translation", "summarization"]
+    for category in report["categories"].values():
+        assert category["all_identical"] is True and category["head_best_k"] == "head k=3"
+        assert set(category["methods"]) == {"head k=3", "hybrid k=3", "ngram adaptive"}
+        assert all(m["tokens_per_pass"] >= 1 and m["speedup"] > 0 for m in category["methods"].values())
+
+
+def test_suite_names_a_method_it_does_not_know(tmp_path):
+    result = run_bench("--suite", "realistic", "--methods", "hybrid k=3,magic", out=tmp_path)
+    assert result.returncode != 0 and "no method named ['magic']" in result.stderr
+
+
+def test_trees_reports_tokens_per_pass_and_modelled_cost_by_shape(tmp_path, embedded):
+    result = run_bench("--trees", "--per-category", "1", "--tokens", "8", out=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(next(tmp_path.glob("trees-*.json")).read_text())
+    assert len(report["categories"]) == 14 and report["verify_ratio"][0] == 1.0
+    for shapes in report["categories"].values():
+        for shape in shapes.values():
+            assert shape["tokens_per_pass"] >= 1 and shape["step_cost"] >= 1
+        # a full 24-node tree is verified in a pass at least as wide as a 4-token chain's
+        assert shapes["tree 4x5, 24 nodes"]["step_cost"] >= shapes["chain k=3"]["step_cost"] - 1e-9

@@ -7,6 +7,7 @@ from transformers import DynamicCache
 import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict, verify
+from specdec_core.drafters.base import Draft
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.hybrid import HybridDrafter
 from specdec_core.drafters.tree import attention_mask, chain, choose_size, depths, positions
@@ -146,6 +147,59 @@ def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, head):
     assert generated_tokens(events) == plain
     steps = [e for e in events if isinstance(e, SpecStep) and e.drafted_count]
     assert all(sorted(e.parents[: e.parents.count(-1)]) == [-1] * e.parents.count(-1) for e in steps)  # roots first
+
+
+def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target, head):
+    # The tiny random target soon repeats itself: its own output is the span the lookup copies.
+    prompt = [3, 8, 1] + PROMPT
+    config = GenerationConfig(max_new_tokens=48)
+    plain = generated_tokens(autoregressive(target, prompt, config))
+    assert len(set(plain[-30:])) <= 2, "the target must repeat itself here for this test to mean anything"
+    flat = CostCurve((0.01,) * 17)  # a wide pass costs what a narrow one does: long guesses pay when they are right
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=flat)
+    events = list(speculative(target, drafter, prompt, config, DraftConfig(k=2)))
+    assert generated_tokens(events) == plain
+    steps = [e for e in events if isinstance(e, SpecStep)]
+    copies = [s for s in steps if s.draft_passes == 0 and s.drafted_count]
+    assert copies and max(s.drafted_count for s in copies) > 2  # longer than k, the head not run
+    assert all(s.is_chain for s in copies)
+    assert any(s.draft_passes for s in steps)  # the head ran before the copy was found
+
+
+def test_hybrid_rests_a_head_whose_passes_cost_more_than_they_give(target, head):
+    # Sampled: the tiny target's text does not fall into a loop for the lookup to copy.
+    config = GenerationConfig(max_new_tokens=80, sampling=SamplingConfig(temperature=1.0, seed=4))
+    flat = CostCurve((0.01,) * 17)
+    ran = {}
+    for c in (0.0, 2.0):  # free head passes, or each as dear as two target passes
+        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=flat, head_pass_cost=c)
+        events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=2)))
+        ran[c] = "".join("h" if e.draft_passes else "." for e in events if isinstance(e, SpecStep))
+    assert ran[0.0].count("h") > ran[2.0].count("h")
+    rests = ran[2.0].split("h")[1:-1]  # the runs of steps without the head between two with it
+    assert rests and max(map(len, rests)) == HybridDrafter.PROBE_EVERY, ran  # tried again after PROBE_EVERY steps
+
+
+def test_a_draft_deeper_than_the_budget_is_cut_to_it(target, head):
+    prompt = PROMPT + PROMPT + PROMPT
+    for budget in (2, 3, 5):
+        events = list(speculative(target, HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8))), prompt,
+                                  GenerationConfig(max_new_tokens=budget), DraftConfig(k=1)))
+        assert len(generated_tokens(events)) == budget
+        generated = 1  # the prefill step's token
+        for step in (e for e in events if isinstance(e, SpecStep)):
+            assert max(depths(step.parents), default=0) <= budget - generated - 1
+            generated += len(step.emitted_tokens)
+
+
+def test_within_keeps_the_shallow_nodes_with_their_rows():
+    probs = torch.eye(5)
+    draft = Draft((10, 11, 12, 13, 14), TREE, probs, torch.arange(5.0), passes=2, seconds=0.0)
+    assert draft.within(2) is draft
+    cut = draft.within(1)
+    assert cut.tokens == (10, 11) and cut.parents == (-1, -1)
+    assert cut.probs.tolist() == probs[:2].tolist() and cut.confidence.tolist() == [0.0, 1.0]
+    assert draft.within(0).tokens == ()
 
 
 # ---- sampling: siblings, a reduced draft vocabulary, the bonus token ----------------------------------
