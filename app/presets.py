@@ -46,7 +46,7 @@ PRESETS: tuple[Preset, ...] = (
 DRAFT_LABELS = {  # the app adds each drafter's cost c as measured on the machine it runs on
     DRAFT_EAGLE: "EAGLE draft head trained here (1 layer), chain",
     DRAFT_EAGLE_TREE: "EAGLE head, tree (EAGLE-2; its size from this machine's costs)",
-    DRAFT_HYBRID: "n-gram lookup + EAGLE tree in one tree (lookup alone while copying)",
+    DRAFT_HYBRID: "n-gram lookup + EAGLE tree in one tree",
     DRAFT_BF16: "bfloat16 copy of the target (agrees almost always)",
     DRAFT_NGRAM: "n-gram prompt lookup (model-free, c = 0)",
     DRAFT_EARLY_EXIT: f"early exit: first {EARLY_EXIT_LAYERS} layers of the target (a bad draft)",
