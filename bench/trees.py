@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from specdec_core.config import DraftConfig, GenerationConfig
 from specdec_core.drafters import DRAFT_EAGLE
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
-from specdec_core.drafters.head_variants import eagle_head
+from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, eagle_head
 from specdec_core.engine import speculative
 from specdec_core.eval_sets import by_category
 from specdec_core.events import SpecStep
@@ -39,8 +39,7 @@ SHAPES = {
 def tree_report(args) -> dict:
     target = load_model(EMBEDDED_ID)
     stops = stop_token_ids(target.tokenizer, target.model)
-    folder = DRAFT_EAGLE.removeprefix("eagle:")
-    head = eagle_head(target.source, folder)
+    head = eagle_head(target.source, DRAFT_EAGLE.removeprefix(DRAFT_EAGLE_PREFIX))
     curve = cost_curve(target.model)
     c = measured_cost_ratio(EMBEDDED_ID, target.model.dtype, DRAFT_EAGLE) or 0.0
     rows: dict[str, dict[str, tuple[float, float]]] = {}

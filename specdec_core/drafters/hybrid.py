@@ -30,7 +30,7 @@ import torch
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
-from ..schedule import AdaptiveDraftLength
+from ..schedule import ADAPTIVE_LONGEST, AdaptiveDraftLength
 from ..theory import expected_speedup
 from ..tuning import CostCurve
 from .base import Draft
@@ -45,7 +45,7 @@ HEAD_DECAY = 0.9
 
 
 class HybridDrafter:
-    LONGEST_LOOKUP = 16  # as the adaptive k's longest (schedule.ADAPTIVE_LONGEST)
+    LONGEST_LOOKUP = ADAPTIVE_LONGEST  # as the adaptive k's longest
     PROBE_EVERY = 8  # steps without the head before it is tried again
 
     def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree",
