@@ -58,7 +58,8 @@ class HybridDrafter:
         self._curve = verify_costs
         self._head_pass_cost = head_pass_cost
         self._guess: tuple[int, ...] = ()  # the last step's lookup guess
-        self._accepted = 0  # draft tokens the target accepted in the last step
+        self._drafted_at = 0  # the context length it was drafted after
+        self._accepted = 0  # draft tokens the target accepted in that step
         self._judged = self._agreed = 0.0  # lookup tokens ruled on and accepted, decayed
         self._head_step: tuple[int, int] | None = None  # the last step's merged tree size and head passes, if it ran
         # Decayed tokens and costs of the head's steps, with the head and (counterfactually) without it.
@@ -77,6 +78,7 @@ class HybridDrafter:
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
         copying = self._learn(context)
+        self._drafted_at = len(context)
         self._guess = guess = self.lookup.propose(context, self._length(k), sampler).tokens
         if (copying and guess) or not self._head_pays():
             self._head_step = None
@@ -94,7 +96,9 @@ class HybridDrafter:
 
     def _learn(self, context: list[int]) -> bool:
         """Scores the last step's lookup guess and head; True when the guess was accepted whole (the text is copying)."""
-        path = context[len(context) - 1 - self._accepted : -1]  # the accepted nodes' tokens
+        # The accepted nodes' tokens follow the context they were drafted after (plain steps of an adaptive
+        # k may have come since, without an observe).
+        path = context[self._drafted_at : self._drafted_at + self._accepted]
         copied = next((n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess)))
         if self._head_step is not None and self._curve is not None:
             nodes, passes = self._head_step
