@@ -138,12 +138,13 @@ def test_a_tree_sized_by_a_steep_cost_curve_is_smaller(target, head):
     assert sizes["steep"] < sizes["flat"]
 
 
-def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, head):
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, head, adaptive):
     prompt = PROMPT * 3  # repetitive: the lookup has something to offer
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, prompt, config))
     drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)))
-    events = list(speculative(target, drafter, prompt, config, DraftConfig(k=4)))
+    events = list(speculative(target, drafter, prompt, config, DraftConfig(k=4, adaptive=adaptive)))
     assert generated_tokens(events) == plain
     steps = [e for e in events if isinstance(e, SpecStep) and e.drafted_count]
     assert all(sorted(e.parents[: e.parents.count(-1)]) == [-1] * e.parents.count(-1) for e in steps)  # roots first
@@ -181,15 +182,20 @@ def test_hybrid_rests_a_head_whose_passes_cost_more_than_they_give(target, head)
 
 
 def test_a_draft_deeper_than_the_budget_is_cut_to_it(target, head):
-    prompt = PROMPT + PROMPT + PROMPT
-    for budget in (2, 3, 5):
-        events = list(speculative(target, HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8))), prompt,
-                                  GenerationConfig(max_new_tokens=budget), DraftConfig(k=1)))
+    # The target copies itself here and a flat curve lets the lookup guess far deeper than k = 1.
+    prompt = [3, 8, 1] + PROMPT
+    cut = False
+    for budget in (21, 24, 27, 30):
+        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17))
+        events = list(speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=budget), DraftConfig(k=1)))
         assert len(generated_tokens(events)) == budget
         generated = 1  # the prefill step's token
         for step in (e for e in events if isinstance(e, SpecStep)):
-            assert max(depths(step.parents), default=0) <= budget - generated - 1
+            deepest = max(depths(step.parents), default=0)
+            assert deepest <= budget - generated - 1
+            cut |= deepest == budget - generated - 1 > 1  # the bound itself reached, deeper than k
             generated += len(step.emitted_tokens)
+    assert cut
 
 
 def test_within_keeps_the_shallow_nodes_with_their_rows():
