@@ -19,7 +19,9 @@ repeat. Greedy throughout, except the creative adaptive-k check, which samples a
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import sys
 import statistics
 from datetime import datetime, timezone
 
@@ -88,8 +90,11 @@ def main() -> None:
     parser.add_argument("--bandwidth", action="store_true", help="plain decoding as a fraction of the bandwidth bound; where a pass's time goes")
     parser.add_argument("--compiled", action="store_true", help="--bandwidth: also an inductor-compiled one-token pass (an experiment; minutes to compile)")
     parser.add_argument("--trees", action="store_true", help="tokens per pass of the head's chains and trees by shape and budget, with their modelled cost")
-    parser.add_argument("--force-avx2", action="store_true", help="run as on a CPU without AVX-512 (no oneDNN bfloat16)")
+    parser.add_argument("--force-avx2", action="store_true", help="run as on an AVX2-only CPU: every kernel capped at AVX2, no oneDNN bfloat16")
     args = parser.parse_args()
+    if args.force_avx2 and os.environ.get("SPECDEC_FORCE_AVX2") != "1":
+        # The caps must be set before torch computes anything (cpu_kernels.AVX2_CAPS): start again with them.
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], {**os.environ, "SPECDEC_FORCE_AVX2": "1"})
     torch.set_num_threads(2)
     force_avx2_path(args.force_avx2)
     if args.drafters:
@@ -114,7 +119,9 @@ def main() -> None:
     # It cannot run an EAGLE head (assisted generation takes a whole causal LM as assistant), so its
     # best draft for this target is the bfloat16 copy: there is no smaller model of this family.
     stock_target = load_stock(EMBEDDED_ID, torch.float32)
-    bf16_draft = reduced_copy(EMBEDDED_ID, torch.bfloat16)
+    # transformers' generate with our kernels: packed linears, transformers' own layers and forward
+    packed_target = load_model(EMBEDDED_ID, for_generate=True).model
+    bf16_draft = reduced_copy(EMBEDDED_ID, torch.bfloat16, for_generate=True)
     stock_bf16_draft = load_stock(EMBEDDED_ID, torch.bfloat16)
     report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(),
                     "platform": platform.platform(), "args": vars(args), "prompts": []}
@@ -139,10 +146,10 @@ def main() -> None:
             methods[f"ours {name} adaptive"] = ours(m, prompt, n, stops, make, adaptive)
         methods["hf bf16 assisted defaults"] = assisted(stock_target, stock_bf16_draft, None, None, None, prompt, n)
         methods["hf bf16 assisted same k"] = assisted(stock_target, stock_bf16_draft, k, "constant", 0.0, prompt, n)
-        methods["hf bf16 assisted same k, our kernels"] = assisted(m, bf16_draft, k, "constant", 0.0, prompt, n)
+        methods["hf bf16 assisted same k, our kernels"] = assisted(packed_target, bf16_draft, k, "constant", 0.0, prompt, n)
         methods["hf ngram prompt lookup 10"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=10)
         methods["hf ngram prompt lookup same k"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=k)
-        methods["hf ngram prompt lookup same k, our kernels"] = theirs(m, prompt, n, stops, prompt_lookup_num_tokens=k)
+        methods["hf ngram prompt lookup same k, our kernels"] = theirs(packed_target, prompt, n, stops, prompt_lookup_num_tokens=k)
         if workload == "creative":
             sampled = SamplingConfig(temperature=1.0, seed=0)
             methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)

@@ -3,7 +3,8 @@ a pass's time goes.
 
 A decode step must read every weight once, so weight bytes / read bandwidth is the fastest a token
 can come; the report gives plain decoding's time per token as a fraction of that bound, with the
-bandwidth measured in the same run (torch.sum over 256 MB: a pure streaming read on all threads).
+bandwidth measured in the same run (torch.sum over 256 MB: a pure streaming read on all threads) before,
+between the timed repeats and after: the neighbours of a shared VM move it from minute to minute.
 It also gives the verification cost curve T(n)/T(1) that speculation's gain depends on, and a
 torch.profiler breakdown by op of a one-token pass and a (k + 1)-token verification pass.
 """
@@ -84,20 +85,23 @@ def bandwidth_report(args) -> dict:
     target = load_model(EMBEDDED_ID)
     stops = stop_token_ids(target.tokenizer, target.model)
     stock = load_stock(EMBEDDED_ID, torch.float32)
+    before_lean = load_model(EMBEDDED_ID, for_generate=True).model  # packed kernels, transformers' forward
     weights = weight_bytes(target.model)
     decode, compile_seconds = compiled_greedy(load_stock(EMBEDDED_ID, torch.float32)) if args.compiled else (None, None)
-    before = read_bandwidth()
+    bandwidths = [read_bandwidth()]
     methods, prompts = {}, []
     for workload, item in bench_prompts(args.prompts):
         prompt, label = encode_prompt(target.tokenizer, item.text), f"{workload}: {item.text[:40]}"
         methods[f"plain {label}"] = ours(target.model, prompt, args.tokens, stops)
+        methods[f"plain, transformers forward {label}"] = ours(before_lean, prompt, args.tokens, stops)
         methods[f"hf generate {label}"] = theirs(stock, prompt, args.tokens, stops)
         if decode:
             methods[f"compiled {label}"] = lambda prompt=prompt: (decode(prompt, args.tokens, stops), [], None)
         prompts.append(label)
-    timings, outputs = measure(methods, args.repeats)
-    after = read_bandwidth()
-    bound = weights / ((before + after) / 2)
+    # read before, between the repeats and after: the bound pairs with the runs it is compared to
+    timings, outputs = measure(methods, args.repeats, between=lambda: bandwidths.append(read_bandwidth()))
+    bandwidth = statistics.median(bandwidths)
+    bound = weights / bandwidth
 
     def ms_per_token(method: str) -> float:
         return 1000 * statistics.median(1 / timings[f"{method} {label}"].tokens_per_second for label in prompts)
@@ -105,14 +109,19 @@ def bandwidth_report(args) -> dict:
     def identical(method: str) -> bool:
         return all(outputs[f"{method} {label}"] == outputs[f"plain {label}"] for label in prompts)
 
-    curve = cost_curve(target.model)
+    curve, curve_before = cost_curve(target.model), cost_curve(before_lean)
     report = {
         "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-        "weight_bytes": weights, "read_bandwidth_gbs": [before / 1e9, after / 1e9],
+        "weight_bytes": weights, "read_bandwidth_gbs": [b / 1e9 for b in bandwidths], "bandwidth_gbs": bandwidth / 1e9,
         "bound_ms_per_token": 1000 * bound, "plain_ms_per_token": ms_per_token("plain"),
         "fraction_of_bound": 1000 * bound / ms_per_token("plain"),
+        "before_lean_ms_per_token": ms_per_token("plain, transformers forward"),
+        "before_lean_fraction_of_bound": 1000 * bound / ms_per_token("plain, transformers forward"),
+        "hf_generate_ms_per_token": ms_per_token("hf generate"),
         "verify_ratio": curve.ratios if curve else None,  # measured at load (tuning.py)
+        "verify_ratio_before_lean": curve_before.ratios if curve_before else None,
         "identical_to_generate": identical("hf generate"),
+        "identical_to_before_lean": identical("plain, transformers forward"),
         "profile": [op_profile(target.model, width) for width in (1, args.head_k + 1)],
     }
     if decode:
@@ -123,18 +132,22 @@ def bandwidth_report(args) -> dict:
 
 
 def print_bandwidth(report: dict) -> None:
-    print(f"{report['machine']['kind']}: read bandwidth "
-          f"{report['read_bandwidth_gbs'][0]:.1f} / {report['read_bandwidth_gbs'][1]:.1f} GB/s (before / after)")
+    print(f"{report['machine']['kind']}: read bandwidth {report['bandwidth_gbs']:.1f} GB/s (median of "
+          + " / ".join(f"{b:.1f}" for b in report["read_bandwidth_gbs"]) + ": before, between the repeats, after)")
     print(f"weights {report['weight_bytes'] / 1e6:.0f} MB: bound {report['bound_ms_per_token']:.1f} ms/token; plain decoding "
           f"{report['plain_ms_per_token']:.1f} ms/token = {100 * report['fraction_of_bound']:.0f}% of the bound; "
           f"identical to generate: {report['identical_to_generate']}")
+    print(f"before the lean pass (packed kernels, transformers' forward): {report['before_lean_ms_per_token']:.1f} ms/token = "
+          f"{100 * report['before_lean_fraction_of_bound']:.0f}% of the bound; identical: {report['identical_to_before_lean']}; "
+          f"transformers' generate (stock): {report['hf_generate_ms_per_token']:.1f} ms/token")
     if "compiled" in report:
         compiled = report["compiled"]
         print(f"compiled one-token pass (experiment, bench/compiled.py): {compiled['ms_per_token']:.1f} ms/token = "
               f"{100 * compiled['fraction_of_bound']:.0f}% of the bound, compiling took {compiled['compile_seconds']:.0f} s; "
               f"identical to plain: {compiled['identical']}")
-    if report["verify_ratio"]:
-        print("T(n)/T(1), n = 1..: " + " ".join(f"{r:.2f}" for r in report["verify_ratio"]))
+    for name, key in (("lean pass", "verify_ratio"), ("before", "verify_ratio_before_lean")):
+        if report[key]:
+            print(f"T(n)/T(1), n = 1.., {name}: " + " ".join(f"{r:.2f}" for r in report[key]))
     for run in report["profile"]:
         print(f"\n{run['width']}-token pass: {run['wall_ms']:.1f} ms wall")
         for op in run["ops"]:

@@ -83,7 +83,10 @@ def theirs(model, prompt, tokens: int, stops, **generate_kwargs):
     return run
 
 
-def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timing], dict[str, list[int]]]:
+def measure(methods: dict[str, Callable], repeats: int, between: Callable[[], object] | None = None
+            ) -> tuple[dict[str, Timing], dict[str, list[int]]]:
+    """Times every method once per repeat; between (if given) runs after each repeat: a measurement of the
+    machine's state to pair with the timings (bandwidth.py reads the bandwidth there)."""
     timings = {name: Timing() for name in methods}
     outputs: dict[str, list[int]] = {}
     names = list(methods)
@@ -97,6 +100,8 @@ def measure(methods: dict[str, Callable], repeats: int) -> tuple[dict[str, Timin
             outputs[name] = tokens
             if finished is not None:
                 record_counters(timings[name], steps, finished)
+        if between is not None:
+            between()
     return timings, outputs
 
 

@@ -6,14 +6,15 @@
         ...
 
 Files, one idea each: config (validated settings), limits, events (what a run yields), sampling
-(logits to tokens), acceptance (the rule), kv_cache (a model with rollback), drafters/ (the
-protocol, n-gram lookup, model drafts and self-copies, the EAGLE head), schedule (draft length),
+(logits to tokens), acceptance (the rule), kv_cache (a model with rollback), lean_pass (the pass it
+runs), drafters/ (the protocol, n-gram lookup, model drafts and self-copies, the EAGLE head), schedule (draft length),
 engine (the two decoders), stats, theory, prompts, sources (where a model comes from, its size,
 public mode), models (loading), cpu_kernels (the CPU linears), machine (which CPU this is),
 tuning (kernels and costs measured on it). Training (training/) and benchmarking (bench/) live
 outside this package.
 """
 
+from . import cpu_kernels  # noqa: F401  (first: SPECDEC_FORCE_AVX2 caps the kernels before anything computes)
 from .config import DraftConfig, GenerationConfig, SamplingConfig
 from .drafters import (
     DRAFT_BF16,

@@ -44,6 +44,15 @@ _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple, torch.Tensor]] 
 # bfloat16. Tests and the bench use it so that one machine exercises and measures both paths.
 _avx2_forced = os.environ.get("SPECDEC_FORCE_AVX2", "") not in ("", "0")
 
+# SPECDEC_FORCE_AVX2=1 at start does more: it caps the whole process at AVX2, as an AVX2-only CPU runs
+# (oneDNN's float32 kernels, MKL and ATen's own vectorised ops included). The libraries read these when
+# first used, so specdec_core imports this module before anything computes; force_avx2_path, within a
+# running process (the tests' cpu_path), can only turn oneDNN bfloat16 off.
+AVX2_CAPS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+if _avx2_forced:
+    for _name, _value in AVX2_CAPS.items():
+        os.environ.setdefault(_name, _value)
+
 
 def force_avx2_path(forced: bool) -> None:
     global _avx2_forced

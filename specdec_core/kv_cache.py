@@ -8,6 +8,53 @@ from transformers.cache_utils import DynamicLayer
 
 from .drafters.tree import attention_mask, positions
 from .errors import SpecDecError
+from .lean_pass import run_pass
+
+MIN_ROOM = 256  # positions a layer's buffer holds at first; it doubles when full
+
+
+class GrowingLayer(DynamicLayer):
+    """transformers' DynamicLayer, but appending writes into a buffer with room to grow instead of
+    concatenating: DynamicLayer copies the whole cache on every pass, which grows with the context. With
+    the lean pass (SmolLM2-135M, 2-core AMD EPYC, paired): the same time behind 160 cached tokens, 4% / 7%
+    less for a 1- / 5-token pass behind 600-1,500. keys and values stay views of the buffer's first
+    positions, so crop and every reader see what they saw before. Written by hand: transformers'
+    StaticCache preallocates too, but cannot crop (rollback) and fixes the length in advance."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.room: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        end = length + key_states.shape[-2]
+        keys, values = self._room_for(end, key_states, value_states)
+        keys[..., length:end, :].copy_(key_states)
+        values[..., length:end, :].copy_(value_states)
+        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+        return self.keys, self.values
+
+    def keep_rows(self, index: torch.Tensor) -> None:
+        """Compacts the cache to the positions in index (ascending), written back into the buffer."""
+        keys, values = self.keys.index_select(-2, index), self.values.index_select(-2, index)
+        self.keys, self.values = self.keys[..., :0, :], self.values[..., :0, :]  # empty views of the buffer
+        self.update(keys, values)
+
+    def _room_for(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        room = self.room
+        if room is not None and room[0].shape[-2] >= end and self.keys.data_ptr() == room[0].data_ptr():
+            return room
+        length = self.get_seq_length()
+        size = max(MIN_ROOM, 2 * end)
+        room = (key_states.new_empty((*key_states.shape[:-2], size, key_states.shape[-1])),
+                value_states.new_empty((*value_states.shape[:-2], size, value_states.shape[-1])))
+        if length:
+            room[0][..., :length, :].copy_(self.keys)
+            room[1][..., :length, :].copy_(self.values)
+        self.room = room
+        return room
 
 
 class CachedModel:
@@ -20,11 +67,9 @@ class CachedModel:
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
-        # hidden_states[-1] is then the last layer's output, not the final norm's: what a
-        # feature drafter (drafters/eagle.py) reads and predicts. Changes nothing else the model returns.
-        model.config.tie_last_hidden_states = False
         self.device = model.device
         self.cache = DynamicCache(config=model.config)
+        self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
         self.passes = 0
 
     @property
@@ -41,7 +86,8 @@ class CachedModel:
     def forward_with_features(
         self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """As forward, plus the last layer's hidden states [len(token_ids), H] (before the final norm)."""
+        """As forward, plus the last layer's hidden states [len(token_ids), H] (before the final norm): what a
+        feature drafter (drafters/eagle.py) reads and predicts."""
         logits, features = self._forward(token_ids, logits_to_keep, True, parents)
         return logits, features
 
@@ -55,17 +101,10 @@ class CachedModel:
             tail, cached = len(token_ids) - len(parents), self.length
             tree = {"attention_mask": attention_mask(parents, tail, cached).to(self.device),
                     "position_ids": positions(parents, tail, cached).to(self.device)}
-        out = self.model(
-            input_ids=input_ids,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-            output_hidden_states=[-1] if with_features else None,
-            **tree,
-        )
+        logits, features = run_pass(self.model, input_ids, self.cache, logits_to_keep=logits_to_keep,
+                                    with_features=with_features, **tree)
         self.passes += 1
-        features = out.hidden_states[-1][0].float().cpu() if with_features else None
-        return out.logits[0].float().cpu(), features
+        return logits[0].float().cpu(), features[0].float().cpu() if with_features else None
 
     def adopt_prefix(self, source: CachedModel, length: int) -> None:
         """Starts an empty cache from the first `length` positions of another model's cache.
@@ -90,10 +129,9 @@ class CachedModel:
             return
         index = torch.cat([torch.arange(start), start + torch.tensor(rows, dtype=torch.long)]).to(self.device)
         for layer in self.cache.layers:
-            if type(layer) is not DynamicLayer:  # sliding windows drop entries: a moved one could be gone
+            if type(layer) is not GrowingLayer:  # sliding windows drop entries: a moved one could be gone
                 raise SpecDecError("Draft trees need a model whose cache keeps every position (no sliding window).")
-            layer.keys = layer.keys.index_select(-2, index)
-            layer.values = layer.values.index_select(-2, index)
+            layer.keep_rows(index)
 
     def rollback(self, length: int) -> None:
         """Drops cached positions past `length`: the rejected drafts. No recomputation of the kept prefix."""

@@ -30,11 +30,14 @@ class Machine:
     torch_version: str
     transformers_version: str
     avx2_forced: bool  # running as on an AVX2-only CPU (cpu_kernels.force_avx2_path)
+    kernel_isa: str  # what ATen's kernels use here ("AVX512", "AVX2", ...); AVX2 on an AVX-512 CPU: capped
 
     @property
     def kind(self) -> str:
         """A short name for people: the CPU model and the path its kernels take."""
-        if self.avx2_forced:
+        if self.kernel_isa == "AVX2" and "avx512f" in self.isa:
+            path = "AVX2 path (an AVX-512 CPU with every kernel capped at AVX2)"
+        elif self.avx2_forced:
             path = "forced AVX2 path (no oneDNN bfloat16)"
         elif "avx512_bf16" in self.isa or "amx_bf16" in self.isa:
             path = "AVX-512 with bfloat16"
@@ -62,6 +65,7 @@ def this_machine() -> Machine:
         torch_version=torch.__version__,
         transformers_version=transformers.__version__,
         avx2_forced=avx2_forced(),
+        kernel_isa=torch.backends.cpu.get_cpu_capability(),
     )
 
 

@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from .cpu_kernels import release_dense_weights, speed_up_linears
 from .errors import ModelLoadError, VocabularyMismatchError
+from .lean_pass import fuse_projections
 from .tuning import tune_target
 from .sources import (
     EMBEDDED_ID,
@@ -108,10 +109,13 @@ def _return_freed_memory() -> None:
         pass
 
 
-def load_model(source: str) -> LoadedModel:
+def load_model(source: str, for_generate: bool = False) -> LoadedModel:
     """A model and its tokenizer from a hub id, a local folder, a .gguf file or EMBEDDED_ID.
 
-    Loaded models stay in MODELS, bounded by bytes, so a second run does not reload."""
+    Served models run the lean pass where their architecture allows (lean_pass.py: fused layers, one
+    sequence, run through kv_cache.CachedModel); for_generate keeps transformers' own layers, for
+    its `generate` over padded batches (the training data). Loaded models stay in MODELS, bounded by
+    bytes, so a second run does not reload."""
     if not isinstance(source, str) or not source.strip():
         raise ModelLoadError("No model given: choose a preset or type a hub id, a folder or a .gguf path.")
     source = source.strip()
@@ -119,21 +123,24 @@ def load_model(source: str) -> LoadedModel:
     parameters = parameter_count(source, kind)
     check_public_size(source, parameters)
     size = loaded_bytes(parameters, default_dtype()) if parameters else 0
-    return MODELS.get(("model", source), source, size, lambda: _load(source, kind, default_dtype()))
+    key = ("model for generate" if for_generate else "model", source)
+    return MODELS.get(key, source, size, lambda: _load(source, kind, default_dtype(), lean=not for_generate))
 
 
-def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True) -> LoadedModel:
-    """Reads a model from its source; fast: packed CPU linears with their dense copies released."""
+def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True, lean: bool = True) -> LoadedModel:
+    """Reads a model from its source; fast: packed CPU linears with their dense copies released;
+    lean (with fast): fused layers for the lean pass where the architecture allows."""
+    options = {"fast": fast, "lean": fast and lean}
     if kind == "embedded":
-        return _from_pretrained(str(_embedded_converted()), source, dtype, fast)
+        return _from_pretrained(str(_embedded_converted()), source, dtype, **options)
     if kind == "gguf":
         path = Path(source).expanduser()
-        return _from_pretrained(str(path.parent), source, dtype, fast, gguf_file=path.name)
+        return _from_pretrained(str(path.parent), source, dtype, **options, gguf_file=path.name)
     if kind == "folder":
-        return _from_pretrained(str(Path(source).expanduser()), source, dtype, fast)
+        return _from_pretrained(str(Path(source).expanduser()), source, dtype, **options)
     # A preloaded or earlier download works offline; only then is the network tried.
     try:
-        return _from_pretrained(source, source, dtype, fast, local_files_only=True)
+        return _from_pretrained(source, source, dtype, **options, local_files_only=True)
     except ModelLoadError as cached_error:
         if "trust_remote_code" in str(cached_error):
             raise
@@ -142,7 +149,7 @@ def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True) -> Load
             f"'{source}' is not downloaded here and the Hugging Face Hub cannot be reached (offline?). "
             "Use the embedded default" + ("." if public_mode() else ", or a local folder or .gguf file.")
         )
-    return _from_pretrained(source, source, dtype, fast)
+    return _from_pretrained(source, source, dtype, **options)
 
 
 def load_stock(source: str, dtype: torch.dtype) -> PreTrainedModel:
@@ -150,7 +157,7 @@ def load_stock(source: str, dtype: torch.dtype) -> PreTrainedModel:
     return _load(source.strip(), classify(source.strip()), dtype, fast=False).model
 
 
-def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool, **kwargs) -> LoadedModel:
+def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool, lean: bool = False, **kwargs) -> LoadedModel:
     try:
         # The config first: a repository that needs custom code is refused before anything else loads.
         config = AutoConfig.from_pretrained(location, trust_remote_code=False, **kwargs)
@@ -165,6 +172,8 @@ def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool,
     except (OSError, KeyError, RuntimeError) as error:
         raise ModelLoadError(safe_message(source, error)) from error
     model.to(default_device()).eval()
+    if lean:
+        fuse_projections(model)  # before packing: it stacks the dense weights
     if fast:
         speed_up_linears(model)
         tune_target(model, source)  # kernels by measurement, and the verification cost curve

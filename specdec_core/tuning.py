@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from .cpu_kernels import PACKED, STOCK, KernelPlan, onednn_supports, set_kernel_plan
+from .lean_pass import is_lean, run_pass
 from .machine import this_machine
 from .sources import cache_dir
 
@@ -166,7 +167,8 @@ def tune_target(model: PreTrainedModel, name: str) -> TargetTuning:
 
     Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
     dtype = next(model.parameters()).dtype
-    identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True)}
+    identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
+                "pass": "lean" if is_lean(model) else "transformers"}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
@@ -218,12 +220,12 @@ def _time_widths(model: PreTrainedModel, widths, repeats: int) -> list[float]:
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
     context = torch.randint(vocab, (1, CONTEXT_TOKENS), generator=generator, device=model.device)
-    model(input_ids=context, cache=cache, use_cache=True, logits_to_keep=1)
+    run_pass(model, context, cache)
     new = torch.randint(vocab, (1, max(widths)), generator=generator, device=model.device)
 
     def one_pass(n: int) -> float:
         started = time.perf_counter()
-        model(input_ids=new[:, :n], cache=cache, use_cache=True, logits_to_keep=n)
+        run_pass(model, new[:, :n], cache, logits_to_keep=n)
         if new.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - started

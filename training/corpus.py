@@ -298,7 +298,7 @@ def build_corpus(target: Target, recipe: Recipe, out: Path, max_shards: int | No
 
 
 def embedded_target() -> Target:
-    loaded = load_model(EMBEDDED_ID)
+    loaded = load_model(EMBEDDED_ID, for_generate=True)
     return Target(loaded.model, loaded.tokenizer, sorted(stop_token_ids(loaded.tokenizer, loaded.model)))
 
 

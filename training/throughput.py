@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--static", action="store_true", help="also try cache_implementation='static'")
     parser.add_argument("--unbucketed", action="store_true", help="also try prompts in random order")
     args = parser.parse_args(argv)
-    loaded = load_model(EMBEDDED_ID)
+    loaded = load_model(EMBEDDED_ID, for_generate=True)
     stops = sorted(stop_token_ids(loaded.tokenizer, loaded.model))
     texts = build_prompts("train")
     random.Random(0).shuffle(texts)

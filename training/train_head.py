@@ -308,7 +308,7 @@ def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], sett
 
 def run_embedded(settings: Settings, out: Path, max_minutes: float | None) -> None:
     torch.manual_seed(settings.seed)
-    loaded = load_model(EMBEDDED_ID)
+    loaded = load_model(EMBEDDED_ID, for_generate=True)
     train_set, heldout_set = embedded_data(settings, loaded.model, loaded.tokenizer)
     stops = set(stop_token_ids(loaded.tokenizer, loaded.model))
     head = new_head(loaded.model, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", train_set, settings, stops)

@@ -68,7 +68,7 @@ class ModelDrafter:
         self._model.rollback(self._proposal_start + accepted_count)
 
 
-def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
+def reduced_copy(source: str, dtype: torch.dtype, for_generate: bool = False) -> PreTrainedModel:
     """The target's weights in a cheaper dtype: a draft that agrees with it almost always.
 
     Read again from the target's own files (the loaded target keeps only packed weights).
@@ -78,7 +78,8 @@ def reduced_copy(source: str, dtype: torch.dtype) -> PreTrainedModel:
     kind = classify(source)
     parameters = parameter_count(source, kind)
     size = loaded_bytes(parameters, dtype) if parameters else 0
-    return MODELS.get(("copy", source, dtype), f"{source} ({dtype})", size, lambda: _load(source, kind, dtype).model)
+    key = ("copy for generate" if for_generate else "copy", source, dtype)
+    return MODELS.get(key, f"{source} ({dtype})", size, lambda: _load(source, kind, dtype, lean=not for_generate).model)
 
 
 def measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -> None:

@@ -43,7 +43,8 @@ def test_bandwidth_report_end_to_end(tmp_path, embedded):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(next(tmp_path.glob("bandwidth-*.json")).read_text())
-    assert report["identical_to_generate"] is True
+    assert report["identical_to_generate"] is True and report["identical_to_before_lean"] is True
+    assert len(report["verify_ratio"]) == len(report["verify_ratio_before_lean"]) == 17
     assert 0 < report["fraction_of_bound"] < 1.5  # above 1 only by timing noise: no pass beats the bound
     assert report["weight_bytes"] > 100e6  # 135M parameters in float32, the tied embedding once
     assert [run["width"] for run in report["profile"]] == [1, 5]

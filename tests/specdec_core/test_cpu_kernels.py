@@ -2,6 +2,9 @@
 bfloat16, and without), never use a stale packed weight, and never compute with a released one."""
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -110,3 +113,24 @@ def test_int8_linears_stay_close_to_float32():
     x = torch.randn(5, 24)
     error = (quantized(x) - stock(x)).abs().max() / stock(x).abs().max()
     assert 0 < error < 0.05  # rounded, so not identical, but close: a draft's guesses barely change
+
+
+def test_forcing_avx2_at_start_caps_every_kernel():
+    """SPECDEC_FORCE_AVX2=1 in a new process: ATen's kernels, oneDNN (no bfloat16) and MKL run as on an
+    AVX2-only CPU, and the lean pass still gives transformers' logits there."""
+    code = (
+        "import specdec_core, torch, copy\n"
+        "from specdec_core.machine import this_machine\n"
+        "from specdec_core.cpu_kernels import onednn_supports, speed_up_linears\n"
+        "from specdec_core.lean_pass import fuse_projections, run_pass\n"
+        "from transformers import DynamicCache\n"
+        "from tests.conftest import tiny_llama\n"
+        "stock = tiny_llama(seed=3, fast=False); lean = copy.deepcopy(stock); fuse_projections(lean); speed_up_linears(lean)\n"
+        "ids = torch.tensor([[1, 2, 3, 4, 5]])\n"
+        "ours = run_pass(lean, ids, DynamicCache(config=lean.config), logits_to_keep=5)[0]\n"
+        "print(this_machine().kernel_isa, onednn_supports(torch.bfloat16), torch.allclose(ours, stock(ids).logits, atol=1e-5))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SPECDEC_FORCE_AVX2": "1"},
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["AVX2", "False", "True"]

@@ -17,6 +17,8 @@ from specdec_core import (
     stop_token_ids,
 )
 from specdec_core.drafters import DRAFT_EAGLE
+from specdec_core.lean_pass import is_lean
+from specdec_core.models import EMBEDDED_ID, load_model, load_stock
 
 pytestmark = pytest.mark.slow
 PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives in Lisbon and is 31."
@@ -32,9 +34,15 @@ def reference(embedded):
     return prompt, stops, plain
 
 
-def test_plain_decoding_equals_transformers_generate(embedded, reference):
+@pytest.mark.parametrize("transformers_model", ["stock", "packed"])
+def test_plain_decoding_equals_transformers_generate(embedded, reference, transformers_model):
+    """The served model runs the lean pass (lean_pass.py); transformers' generate runs its own forward on
+    a stock copy (MKL, dense weights) and on the packed one the training data uses (for_generate)."""
     prompt, stops, plain = reference
-    out = embedded.model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, do_sample=False, eos_token_id=list(stops))
+    assert is_lean(embedded.model)
+    model = load_stock(EMBEDDED_ID, torch.float32) if transformers_model == "stock" else load_model(EMBEDDED_ID, for_generate=True).model
+    assert not is_lean(model)
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, do_sample=False, eos_token_id=list(stops))
     assert out[0, len(prompt) :].tolist() == plain
     assert embedded.tokenizer.decode(plain).count('"') >= 4  # it really wrote JSON-ish text
 

@@ -1,9 +1,10 @@
 """KV rollback: after dropping rejected drafts, the cache behaves as if they were never fed."""
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from specdec_core import ModelDrafter, SamplingConfig
-from specdec_core.kv_cache import CachedModel
+from specdec_core.kv_cache import MIN_ROOM, CachedModel, GrowingLayer
 from specdec_core.sampling import Sampler
 
 
@@ -62,3 +63,26 @@ def test_adopted_prompt_cache_gives_the_same_logits_as_reading_the_prompt(target
     adopted = CachedModel(target_model)
     adopted.adopt_prefix(target, len(prompt))
     torch.testing.assert_close(adopted.forward([5])[0], fresh_logits(target_model, prompt + [5]), rtol=1e-4, atol=1e-4)
+
+
+def test_growing_layer_holds_what_transformers_dynamic_layer_holds():
+    """Appends past the first buffer (it grows), crops and compactions: the same keys and values as
+    DynamicLayer's concatenations, and appending after a crop overwrites the dropped positions."""
+    generator = torch.Generator().manual_seed(0)
+    ours, theirs = GrowingLayer(), DynamicLayer()
+    for step in range(60):
+        width = int(torch.randint(1, 17, (1,), generator=generator))
+        keys, values = torch.randn(1, 2, width, 4, generator=generator), torch.randn(1, 2, width, 4, generator=generator)
+        for layer in (ours, theirs):
+            layer.update(keys, values)
+        if step % 3 == 1:
+            for layer in (ours, theirs):
+                layer.crop(-(width // 2))
+        if step % 7 == 5:
+            length = theirs.get_seq_length()
+            index = torch.cat([torch.arange(length - 6), torch.tensor([length - 5, length - 2])])
+            ours.keep_rows(index)
+            theirs.keys, theirs.values = theirs.keys.index_select(-2, index), theirs.values.index_select(-2, index)
+        assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+    assert ours.get_seq_length() > MIN_ROOM and ours.room[0].shape[-2] > MIN_ROOM  # it grew
+    assert ours.keys.data_ptr() == ours.room[0].data_ptr()  # and still appends in place

@@ -1,0 +1,141 @@
+"""A lean forward pass for Llama-family models on a CPU: the same modules and weights, the same ops in
+the same order, without transformers' per-call machinery; q/k/v and gate/up each one matrix product.
+
+Why by hand: a decode step of SmolLM2-135M on 2 CPU cores spent ~40% of its time outside matrix
+products (torch.profiler, bench/bandwidth.py): the output-capturing decorators, mask construction,
+the attention-function dispatch and ~2,800 small ops of 30 layers. transformers offers no leaner
+path short of torch.compile, whose compile takes minutes per shape on these machines (bench/compiled.py).
+Only the orchestration is written here: the norms, the rotary table, the activation, the cache and
+scaled_dot_product_attention are transformers' and torch's own, called in transformers' order, so the
+logits are those of the stock forward (tests/specdec_core/test_lean_pass.py holds it to that).
+
+Fusing: q, k and v read the same input, as do gate and up; one product over the stacked weights
+reads the same bytes in fewer, larger kernel calls (measured on a 2-core AMD EPYC, the 30 layers'
+products: 31.7 -> 22.3 ms per token with oneDNN's packed kernels), and every output element is the
+same dot product as before. The fused layers replace the separate ones, so a fused model runs only here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import types
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache
+from transformers.models.llama.modeling_llama import rotate_half
+
+log = logging.getLogger(__name__)
+
+# model types whose decoder layer is Llama's: pre-norm, rotary on q and k, gated MLP, no extra norms
+LLAMA_LIKE = frozenset({"llama"})
+
+
+def lean_unsupported(model: PreTrainedModel) -> str | None:
+    """Why model cannot take the lean pass, or None when it can."""
+    if os.environ.get("SPECDEC_LEAN", "1") == "0":
+        return "turned off (SPECDEC_LEAN=0)"
+    config = model.config
+    if config.model_type not in LLAMA_LIKE:
+        return f"model type '{config.model_type}' (lean pass: {', '.join(sorted(LLAMA_LIKE))})"
+    if next(model.parameters()).device.type != "cpu":
+        return "not on a CPU"
+    if config._attn_implementation != "sdpa":
+        return f"attention '{config._attn_implementation}' (lean pass: sdpa)"
+    return None
+
+
+def _stacked(parts: list[torch.nn.Linear]) -> torch.nn.Linear:
+    biases = [part.bias for part in parts]
+    fused = torch.nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=biases[0] is not None,
+                            device="meta", dtype=parts[0].weight.dtype)
+    fused.weight = torch.nn.Parameter(torch.cat([p.weight.detach() for p in parts]), requires_grad=False)
+    if fused.bias is not None:
+        fused.bias = torch.nn.Parameter(torch.cat([b.detach() for b in biases]), requires_grad=False)
+    return fused
+
+
+def fuse_projections(model: PreTrainedModel) -> bool:
+    """Replaces each layer's q/k/v and gate/up projections by one stacked Linear each (dense weights
+    needed: before cpu_kernels packs them); returns whether model now takes the lean pass."""
+    reason = lean_unsupported(model)
+    if reason:
+        log.info("Lean forward pass not used for %s: %s; transformers' forward runs.", model.config.name_or_path, reason)
+        return False
+    for layer in model.model.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        attention.qkv_proj = _stacked([attention.q_proj, attention.k_proj, attention.v_proj])
+        mlp.gate_up_proj = _stacked([mlp.gate_proj, mlp.up_proj])
+        del attention.q_proj, attention.k_proj, attention.v_proj, mlp.gate_proj, mlp.up_proj
+    model.forward = types.MethodType(_forward_refused, model)  # transformers' forward reads the removed layers
+    return True
+
+
+def _forward_refused(model: PreTrainedModel, *args, **kwargs):
+    raise TypeError("This model's layers are fused for the lean pass: run it through specdec_core.lean_pass.run_pass "
+                    "(kv_cache.CachedModel does), or load it with load_model(..., for_generate=True) for transformers' "
+                    "forward and generate.")
+
+
+def is_lean(model: PreTrainedModel) -> bool:
+    """Whether model's layers are fused (fuse_projections), itself or as a truncated copy sharing them."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    return bool(layers) and hasattr(layers[0].self_attn, "qkv_proj")
+
+
+def run_pass(
+    model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache, position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, with_features: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The one way a loaded model runs a pass: the lean one for a fused model, else transformers' forward.
+    Same arguments and results as lean_forward."""
+    if is_lean(model):
+        return lean_forward(model, input_ids, cache, position_ids, attention_mask, logits_to_keep, with_features)
+    if with_features:  # hidden_states[-1] is then the last layer's output, not the final norm's, as lean_forward's
+        model.config.tie_last_hidden_states = False
+    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep, position_ids=position_ids,
+                attention_mask=attention_mask, output_hidden_states=[-1] if with_features else None)
+    return out.logits, out.hidden_states[-1] if with_features else None
+
+
+def causal_mask(new: int, cached: int) -> torch.Tensor:
+    """[1, 1, new, cached + new] bool, True = attend: each new token sees the cache and the new ones up to itself."""
+    return torch.ones(new, cached + new, dtype=torch.bool).tril(cached)[None, None]
+
+
+def lean_forward(
+    model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache, position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, with_features: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One pass of a fused model over input_ids [1, T]: (logits [1, logits_to_keep, V], the last layer's
+    hidden states [1, T, H] before the final norm or None). attention_mask: a 4D bool mask (a draft
+    tree) used with position_ids as given; without one, positions continue the cache causally."""
+    inner, config = model.model, model.config
+    new, cached = input_ids.shape[1], cache.get_seq_length()
+    hidden = inner.embed_tokens(input_ids)
+    if position_ids is None:
+        position_ids = (torch.arange(new, device=input_ids.device) + cached)[None]
+    if attention_mask is None and new > 1 and cached:
+        attention_mask = causal_mask(new, cached).to(input_ids.device)
+    cos, sin = (table[:, None] for table in inner.rotary_emb(hidden, position_ids))
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    for index, layer in enumerate(inner.layers):
+        attention, mlp = layer.self_attn, layer.mlp
+        qkv = attention.qkv_proj(layer.input_layernorm(hidden)).view(1, new, heads + 2 * kv_heads, head_dim).transpose(1, 2)
+        rotated = qkv[:, : heads + kv_heads]  # q and k take the same rotation: one set of ops for both
+        rotated = rotated * cos + rotate_half(rotated) * sin
+        keys, values = cache.update(rotated[:, heads:], qkv[:, heads + kv_heads :], index)
+        # Grouped heads inside the kernel, with or without a mask: transformers repeats the keys and values
+        # for a masked pass instead, the same numbers (tests) at twice the cost (~1.5 ms of a 5-token pass
+        # behind 160 tokens, ~15 ms behind 1,500; 2-core AMD EPYC).
+        out = F.scaled_dot_product_attention(rotated[:, :heads], keys, values, attn_mask=attention_mask,
+                                             scale=attention.scaling, is_causal=attention_mask is None and new > 1,
+                                             enable_gqa=True)
+        hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, new, -1))
+        gate, up = mlp.gate_up_proj(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+        hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
+    logits = model.lm_head(inner.norm(hidden[:, -logits_to_keep:]))
+    return logits, hidden if with_features else None
