@@ -176,7 +176,7 @@ def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool,
         fuse_projections(model)  # before packing: it stacks the dense weights
     if fast:
         speed_up_linears(model)
-        tune_target(model, source)  # kernels by measurement, and the verification cost curve
+        tune_target(model, source, served=lean)  # kernels by measurement, and the verification cost curve
         release_dense_weights(model)
     return LoadedModel(model, tokenizer, source)
 

@@ -162,9 +162,11 @@ def _busy() -> bool:
 # ---- the target ---------------------------------------------------------------------------------------
 
 
-def tune_target(model: PreTrainedModel, name: str) -> TargetTuning:
+def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> TargetTuning:
     """Picks packed or stock linears for 1 and for several tokens, then measures T(n) for n = 1..17 with them.
 
+    served: the model known by its source (tuning_of; the app's labels, every c): not a copy loaded for
+    transformers' generate, whose pass and costs differ from the served one of the same source and dtype.
     Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
     dtype = next(model.parameters()).dtype
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
@@ -184,7 +186,8 @@ def tune_target(model: PreTrainedModel, name: str) -> TargetTuning:
                     "read from the tuning cache" if from_disk else "measured now")
     tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"])))
     _tunings[model] = tuning
-    _tunings_by_source[(name, str(dtype))] = tuning
+    if served:
+        _tunings_by_source[(name, str(dtype))] = tuning
     curve = tuning.curve
     log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f", name, this_machine().kind,
              choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17))

@@ -19,6 +19,7 @@ from specdec_core import (
 from specdec_core.drafters import DRAFT_EAGLE
 from specdec_core.lean_pass import is_lean
 from specdec_core.models import EMBEDDED_ID, load_model, load_stock
+from specdec_core.tuning import cost_curve, tuning_of
 
 pytestmark = pytest.mark.slow
 PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives in Lisbon and is 31."
@@ -45,6 +46,14 @@ def test_plain_decoding_equals_transformers_generate(embedded, reference, transf
     out = model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, do_sample=False, eos_token_id=list(stops))
     assert out[0, len(prompt) :].tolist() == plain
     assert embedded.tokenizer.decode(plain).count('"') >= 4  # it really wrote JSON-ish text
+
+
+def test_a_copy_for_generate_leaves_the_served_models_costs(embedded):
+    """Loading the same source for transformers' generate measures its own (other) pass; what the app and
+    every c read by source stays the served model's."""
+    copy = load_model(EMBEDDED_ID, for_generate=True).model
+    assert copy is not embedded.model and cost_curve(copy) is not None
+    assert tuning_of(EMBEDDED_ID, torch.float32).curve is cost_curve(embedded.model)
 
 
 @pytest.mark.parametrize("drafter", [DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT])
