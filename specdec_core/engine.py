@@ -58,6 +58,7 @@ class _Run:
         self.deadline = None if config.max_seconds is None else time.perf_counter() + config.max_seconds
         # Set by speculative() for a drafter that reads the target's hidden states (drafters/eagle.py).
         self.feature_sink: Callable[[int, torch.Tensor], None] | None = None
+        self.feature_layers: tuple[int, ...] = ()  # the target layers whose outputs the sink reads
         self._pass_start = self._tail = 0  # where the latest target pass began, and its context tokens
         self._features = torch.empty(0)  # [tail + N, H] of the latest pass, for the feature sink
         self.steps: list[Step] = []
@@ -79,7 +80,7 @@ class _Run:
         if self.feature_sink is None:
             logits = self.target.forward(tail + nodes, len(nodes) + 1, parents)
         else:
-            logits, self._features = self.target.forward_with_features(tail + nodes, len(nodes) + 1, parents)
+            logits, self._features = self.target.forward_with_features(tail + nodes, len(nodes) + 1, parents, self.feature_layers)
         return self.sampler.probs(logits)
 
     def keep(self, path: tuple[int, ...] = ()) -> None:
@@ -146,6 +147,8 @@ def speculative(
     """Speculative decoding: the drafter proposes up to k tokens, one target pass verifies them all."""
     run = _Run(target, prompt_ids, config, stop_token_ids)
     run.feature_sink = getattr(drafter, "observe_features", None)
+    if run.feature_sink is not None:
+        run.feature_layers = drafter.feature_layers
     schedule = make_schedule(draft_config, cost_curve(target))  # the curve: measured at load (tuning.py)
     # The target reads the prompt alone and gives the first token, as in plain decoding; then the
     # drafter may start from the target's cache instead of reading the prompt again.

@@ -11,6 +11,7 @@ from .errors import SpecDecError
 from .lean_pass import run_pass
 
 MIN_ROOM = 256  # positions a layer's buffer holds at first; it doubles when full
+LAST_LAYER = (-1,)  # the features an EAGLE-1 head reads: the last layer's output
 
 
 class GrowingLayer(DynamicLayer):
@@ -81,19 +82,20 @@ class CachedModel:
 
         parents: the last len(parents) tokens are a draft tree (drafters/tree.py), each attending to
         the context and its own ancestors only; the tokens before them continue the context."""
-        return self._forward(token_ids, logits_to_keep, False, parents)[0]
+        return self._forward(token_ids, logits_to_keep, (), parents)[0]
 
     def forward_with_features(
-        self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None
+        self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None,
+        layers: tuple[int, ...] = LAST_LAYER,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """As forward, plus the last layer's hidden states [len(token_ids), H] (before the final norm): what a
-        feature drafter (drafters/eagle.py) reads and predicts."""
-        logits, features = self._forward(token_ids, logits_to_keep, True, parents)
+        """As forward, plus the hidden states [len(token_ids), len(layers) * H] of the numbered layers, side by
+        side (the last layer's before the final norm): what a feature drafter (drafters/eagle.py) reads."""
+        logits, features = self._forward(token_ids, logits_to_keep, layers, parents)
         return logits, features
 
     @torch.inference_mode()
     def _forward(
-        self, token_ids: list[int], logits_to_keep: int, with_features: bool, parents: tuple[int, ...] | None
+        self, token_ids: list[int], logits_to_keep: int, layers: tuple[int, ...], parents: tuple[int, ...] | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         input_ids = torch.tensor([token_ids], device=self.device)
         tree = {}
@@ -102,9 +104,9 @@ class CachedModel:
             tree = {"attention_mask": attention_mask(parents, tail, cached).to(self.device),
                     "position_ids": positions(parents, tail, cached).to(self.device)}
         logits, features = run_pass(self.model, input_ids, self.cache, logits_to_keep=logits_to_keep,
-                                    with_features=with_features, **tree)
+                                    feature_layers=layers, **tree)
         self.passes += 1
-        return logits[0].float().cpu(), features[0].float().cpu() if with_features else None
+        return logits[0].float().cpu(), features[0].float().cpu() if layers else None
 
     def adopt_prefix(self, source: CachedModel, length: int) -> None:
         """Starts an empty cache from the first `length` positions of another model's cache.

@@ -87,17 +87,19 @@ def is_lean(model: PreTrainedModel) -> bool:
 
 def run_pass(
     model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache, position_ids: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, with_features: bool = False,
+    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, feature_layers: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The one way a loaded model runs a pass: the lean one for a fused model, else transformers' forward.
     Same arguments and results as lean_forward."""
+    layers = tuple(i % model.config.num_hidden_layers for i in feature_layers)
     if is_lean(model):
-        return lean_forward(model, input_ids, cache, position_ids, attention_mask, logits_to_keep, with_features)
-    if with_features:  # hidden_states[-1] is then the last layer's output, not the final norm's, as lean_forward's
+        return lean_forward(model, input_ids, cache, position_ids, attention_mask, logits_to_keep, layers)
+    if layers:  # the last layer's hidden state is then its output, not the final norm's, as lean_forward's
         model.config.tie_last_hidden_states = False
+    # transformers numbers hidden states from the embeddings' (0): layer i's output is i + 1
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep, position_ids=position_ids,
-                attention_mask=attention_mask, output_hidden_states=[-1] if with_features else None)
-    return out.logits, out.hidden_states[-1] if with_features else None
+                attention_mask=attention_mask, output_hidden_states=[i + 1 for i in layers] if layers else None)
+    return out.logits, torch.cat([out.hidden_states[i + 1] for i in layers], dim=-1) if layers else None  # None where not selected
 
 
 def causal_mask(new: int, cached: int) -> torch.Tensor:
@@ -107,10 +109,11 @@ def causal_mask(new: int, cached: int) -> torch.Tensor:
 
 def lean_forward(
     model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache, position_ids: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, with_features: bool = False,
+    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, feature_layers: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One pass of a fused model over input_ids [1, T]: (logits [1, logits_to_keep, V], the last layer's
-    hidden states [1, T, H] before the final norm or None). attention_mask: a 4D bool mask (a draft
+    """One pass of a fused model over input_ids [1, T]: (logits [1, logits_to_keep, V], the outputs of the
+    layers numbered in feature_layers (ascending, from 0), side by side [1, T, len(feature_layers) * H], or
+    None when there are none; the last layer's output is taken before the final norm). attention_mask: a 4D bool mask (a draft
     tree) used with position_ids as given; without one, positions continue the cache causally."""
     inner, config = model.model, model.config
     new, cached = input_ids.shape[1], cache.get_seq_length()
@@ -122,6 +125,7 @@ def lean_forward(
     cos, sin = (table[:, None] for table in inner.rotary_emb(hidden, position_ids))
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    features = []
     for index, layer in enumerate(inner.layers):
         attention, mlp = layer.self_attn, layer.mlp
         qkv = attention.qkv_proj(layer.input_layernorm(hidden)).view(1, new, heads + 2 * kv_heads, head_dim).transpose(1, 2)
@@ -137,5 +141,7 @@ def lean_forward(
         hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, new, -1))
         gate, up = mlp.gate_up_proj(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
         hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
+        if index in feature_layers:
+            features.append(hidden)
     logits = model.lm_head(inner.norm(hidden[:, -logits_to_keep:]))
-    return logits, hidden if with_features else None
+    return logits, torch.cat(features, dim=-1) if features else None

@@ -285,7 +285,7 @@ def head_draft_seconds(head) -> float:
     from .sampling import Sampler  # noqa: PLC0415
 
     drafter = EagleDrafter(head)
-    features = torch.randn(CONTEXT_TOKENS + 64, head.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    features = torch.randn(CONTEXT_TOKENS + 64, head.config.feature_width, generator=torch.Generator().manual_seed(0))
     vocab = head.config.vocab_size
     context = [i % vocab for i in range(CONTEXT_TOKENS)]
     sampler = Sampler(SamplingConfig())

@@ -75,7 +75,15 @@ def sample_prompts(split: str, count: int, seed: int = 0) -> list[TrainingPrompt
 class Sequence:
     tokens: torch.Tensor  # [T] int64: prompt (chat template) + response, cut after the first stop token
     prompt_length: int
-    features: torch.Tensor  # [T, H] float16: the target's last hidden state before the final norm
+    # [T, F] float16: what the head reads, the target's last hidden state (before the final norm) unless the
+    # next field is set; None for token ids whose features are made when a batch is trained (the corpus)
+    features: torch.Tensor | None
+    last_layer: torch.Tensor | None = None  # [T, H] float16: that last hidden state, when the features are other layers'
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """The target's last hidden states [T, H]: its next-token distribution, and EAGLE-1's regression target."""
+        return self.features if self.last_layer is None else self.last_layer
 
 
 def generate_shards(
@@ -131,18 +139,22 @@ def generate_batch(
                 response = response[: i + 1]
                 break
         sequences.append(torch.tensor(ids + response))
-    features = last_hidden_states(model, sequences)
+    features = hidden_states(model, sequences)
     return [Sequence(s, len(ids), f) for s, ids, f in zip(sequences, encoded, features)]
 
 
-def last_hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The target's residual stream after its last layer (before the final norm), per sequence."""
-    model.config.tie_last_hidden_states = False  # hidden_states[-1] before the final norm, not after
+def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers: tuple[int, ...] = (-1,)) -> list[torch.Tensor]:
+    """The outputs of the numbered layers (from 0, ascending and distinct; -1 the last, before the final
+    norm), side by side, per sequence: [T, len(layers) * H] float16."""
+    model.config.tie_last_hidden_states = False  # the last layer's output before the final norm, not after
     width = max(len(s) for s in sequences)
     input_ids = torch.stack([torch.nn.functional.pad(s, (0, width - len(s))) for s in sequences])
     mask = (torch.arange(width)[None, :] < torch.tensor([len(s) for s in sequences])[:, None]).long()
-    out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=[-1])
-    hidden = out.hidden_states[-1]  # [B, width, H], right padding: real positions come first
+    count = model.config.num_hidden_layers
+    # transformers numbers hidden states from the embeddings' (0): layer i's output is i + 1
+    selected = [i % count + 1 for i in layers]
+    out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
+    hidden = torch.cat([out.hidden_states[i] for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
     return [hidden[row, : len(s)].to(torch.float16).clone() for row, s in enumerate(sequences)]
 
 

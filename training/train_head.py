@@ -3,6 +3,9 @@
     python -m training.train_head                 # data (cached), then training (resumes), then the head file
     python -m training.train_head --max-minutes 60   # stop after a checkpoint; run again to go on
     python -m training.train_head --smoke         # a tiny random target, a few steps (CI)
+    python -m training.train_head --corpus data/draft-corpus --feature-layers 2,15,27 --out assets/eagle3-smollm2-135m
+        # on the corpus of training/corpus.py (token ids; features made batch by batch), an EAGLE-3 head
+    ... --corpus-tokens 500000                     # its first 500k response tokens: the learning curve by data size
 
 Loss (EAGLE): smooth-L1 between the head's predicted feature and the target's real one, plus
 cross-entropy against the target's full next-token distribution (restricted to the draft
@@ -10,6 +13,10 @@ vocabulary). Training-time test (EAGLE-3, HASS): the head is unrolled over `dept
 steps; at depth s, entry j reads the head's own prediction from depth s-1 and attends to the real
 entries up to j-s+1 and to its own earlier predictions, exactly the cache it sees when drafting
 the s-th token. Tokens are the data's (the target's own), as if every earlier draft was accepted.
+
+Feature layouts: EAGLE-1 reads the target's last layer and also regresses the next feature (smooth-L1);
+a fused head (--feature-layers, EAGLE-3) reads a low, a middle and a high layer, and its loss is the
+cross-entropy alone, as in EAGLE-3 (its outputs are its own hidden states, not the target's features).
 
 Everything is cached: the generated data under $SPECDEC_CACHE_DIR/draft-data, the checkpoint
 under $SPECDEC_CACHE_DIR/draft-train. The learning curve (held-out top-1 agreement of each draft
@@ -19,11 +26,13 @@ position against training tokens) is written beside the head as learning_curve.j
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,7 +41,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from training.corpus_features import with_layers
 from training.draft_data import Sequence, generate_batch, generate_shards, load_sequences, sample_prompts
+from training.shards import read_job
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.models import load_model
 from specdec_core.sources import EMBEDDED_ID, cache_dir
@@ -52,12 +63,41 @@ class Settings:
     epochs: int = 3
     batch_tokens: int = 2048
     lr: float = 1e-3
-    feature_weight: float = 0.2
+    feature_weight: float = 0.2  # EAGLE-1's regression of the target's next feature; a fused head has none
+    feature_layers: str = ""  # the target layers a fused (EAGLE-3) head reads, "2,15,27"; "" = the last (EAGLE-1)
+    corpus: str = ""  # a folder of training/corpus.py to train on instead of the templates' answers
+    corpus_tokens: int = 0  # only the corpus's first N response tokens (0: all): the learning curve by data size
     seed: int = 0
     evals_per_epoch: int = 4
 
 
 # ---- data ------------------------------------------------------------------------------------------
+
+HELDOUT_EVERY = 50  # every 50th corpus prompt is held out (the learning curve's)
+SCALE_SAMPLE = 256  # corpus sequences whose features set feature_scale
+
+
+def training_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tuple[list[Sequence], list[Sequence]]:
+    return corpus_data(settings, model) if settings.corpus else embedded_data(settings, model, tokenizer)
+
+
+def corpus_data(settings: Settings, model: PreTrainedModel) -> tuple[list[Sequence], list[Sequence]]:
+    """The corpus's answers, training ones as token ids only: their features are made a batch at a time
+    while training (three layers of 2M tokens and their prompts would not fit in memory). The cap takes
+    shards in their order, which the corpus plan shuffled, so a smaller set samples every kind of prompt."""
+    records = read_job(Path(settings.corpus) / "responses")
+    if not records:
+        raise SystemExit(f"{settings.corpus} holds no responses yet: run `python -m training.corpus` first.")
+    train_set, heldout_set, tokens = [], [], 0
+    for r in records:
+        sequence = Sequence(torch.tensor(r.prompt + r.response), len(r.prompt), None)
+        if r.index % HELDOUT_EVERY == 0:
+            heldout_set.append(sequence)
+        elif not settings.corpus_tokens or tokens < settings.corpus_tokens:
+            train_set.append(sequence)
+            tokens += len(r.response)
+    return train_set, with_layers(model, heldout_set, layers_of(settings))
+
 
 
 def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tuple[list[Sequence], list[Sequence]]:
@@ -68,7 +108,9 @@ def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tupl
         folder = cache_dir() / "draft-data" / name
         prompts = sample_prompts(split, count, seed=settings.seed)
         paths = generate_shards(model, tokenizer, prompts, folder, settings.max_new_tokens, batch_size=48, seed=settings.seed)
-        splits[split] = load_sequences(paths)
+        splits[split] = load_sequences(paths)  # with the last layer's features
+        if layers_of(settings):
+            splits[split] = with_layers(model, splits[split], layers_of(settings))
     return splits["train"], splits["heldout"]
 
 
@@ -89,6 +131,15 @@ def coverage(sequences: list[Sequence], ids: torch.Tensor) -> float:
     kept = set(ids.tolist())
     tokens = [t for s in sequences for t in s.tokens[s.prompt_length :].tolist()]
     return sum(t in kept for t in tokens) / max(1, len(tokens))
+
+
+def layers_of(settings: Settings) -> tuple[int, ...]:
+    return tuple(int(i) for i in settings.feature_layers.split(",")) if settings.feature_layers else ()
+
+
+def with_features(target: PreTrainedModel, batch: list[Sequence], settings: Settings) -> list[Sequence]:
+    """The batch with the features the head reads, made now where it holds token ids only."""
+    return batch if batch[0].features is not None else with_layers(target, batch, layers_of(settings))
 
 
 def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
@@ -116,35 +167,40 @@ def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) ->
     return out
 
 
-def collate(batch: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """tokens [B, T], features [B, T, H] float32, loss mask [B, T - 2] (entry j predicts token j + 2)."""
+def collate(batch: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """tokens [B, T], features [B, T, F] and the target's last hidden states [B, T, H] in float32, loss
+    mask [B, T - 2] (entry j predicts token j + 2)."""
     width = max(len(s.tokens) for s in batch)
     tokens = torch.stack([F.pad(s.tokens, (0, width - len(s.tokens))) for s in batch])
-    features = torch.stack([F.pad(s.features.float(), (0, 0, 0, width - len(s.tokens))) for s in batch])
+
+    def padded(rows: torch.Tensor) -> torch.Tensor:
+        return F.pad(rows.float(), (0, 0, 0, width - len(rows)))
+
+    features = torch.stack([padded(s.features) for s in batch])
+    targets = features if all(s.last_layer is None for s in batch) else torch.stack([padded(s.targets) for s in batch])
     j = torch.arange(width - 2)[None]
     starts = torch.tensor([s.prompt_length for s in batch])[:, None]
     ends = torch.tensor([len(s.tokens) for s in batch])[:, None]
     mask = (j + 2 >= starts) & (j + 2 < ends)  # predictions of response tokens only: what is drafted
-    return tokens, features, mask
+    return tokens, features, targets, mask
 
 
 # ---- the unrolled loss -----------------------------------------------------------------------------
 
 
 def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor, depth: int) -> list[torch.Tensor]:
-    """The head's predicted features [B, T - 2, H] at each depth 1..depth (training-time test)."""
+    """The head's outputs [B, T - 2, H] at each depth 1..depth (training-time test)."""
     batch, width = tokens.shape[0], tokens.shape[1] - 2
-    scaled = features[:, :width] / head.feature_scale
     tokens_in = tokens[:, 1 : width + 1]
     positions = torch.arange(width)[None].expand(batch, -1)
     cache = head.new_cache()
     outputs: list[torch.Tensor] = []
-    feature_in = scaled
+    feature_in = head.input_features(features[:, :width])
     for s in range(1, depth + 1):
         mask = _depth_mask(width, s, features.dtype)
         predicted = head(feature_in, tokens_in, positions, cache, mask)
         outputs.append(predicted)
-        # Depth s + 1 reads, at entry j, the prediction made at entry j - 1 (the feature of position j).
+        # Depth s + 1 reads, at entry j, the output of entry j - 1 (the head's guess at position j).
         feature_in = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
     return outputs
 
@@ -163,9 +219,9 @@ def _depth_mask(width: int, depth: int, dtype: torch.dtype) -> torch.Tensor:
 
 def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tuple[torch.Tensor, list[float]]:
     """The EAGLE loss summed over depths, and each depth's top-1 agreement with the target's argmax."""
-    tokens, features, mask = collate(batch)
+    tokens, features, targets, mask = collate(batch)
     width = tokens.shape[1] - 2
-    real_next = features[:, 1 : width + 1][mask]  # [M, H] the target's feature each entry predicts
+    real_next = targets[:, 1 : width + 1][mask]  # [M, H] the target's last hidden state where each entry predicts
     with torch.no_grad():
         # The target's distribution, cut to its TARGET_TOP most likely tokens: they carry nearly all
         # the mass, and the full [M, N] product would cost a quarter of the step on a CPU.
@@ -177,8 +233,9 @@ def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tu
         chosen = predicted[mask]  # [M, H]
         logits = head.logits(chosen)  # [M, N]
         ce = -(target_top * logits.log_softmax(-1).gather(1, target_ids)).sum(-1).mean()
-        regression = F.smooth_l1_loss(chosen, real_next / head.feature_scale)
-        total = total + ce + settings.feature_weight * regression
+        total = total + ce
+        if head.fuse is None:  # EAGLE-1's output is a guess at the target's next (scaled) feature
+            total = total + settings.feature_weight * F.smooth_l1_loss(chosen, real_next / head.feature_scale)
         agreement.append(float((logits.argmax(-1) == target_choice).float().mean()))
     return total / settings.depth, agreement
 
@@ -191,9 +248,9 @@ def heldout_agreement(head: EagleHead, sequences: list[Sequence], settings: Sett
     hits = [0] * settings.depth
     count = 0
     for batch in batches(sequences, settings.batch_tokens, random.Random(0)):
-        tokens, features, mask = collate(batch)
+        tokens, features, targets, mask = collate(batch)
         width = tokens.shape[1] - 2
-        real_next = features[:, 1 : width + 1][mask]
+        real_next = targets[:, 1 : width + 1][mask]
         target_ids = head.target_argmax(real_next)
         for s, predicted in enumerate(unrolled_pass(head, tokens, features, settings.depth)):
             chosen = head.draft_to_target[head.logits(predicted[mask]).argmax(-1)]
@@ -212,9 +269,11 @@ def train(
     settings: Settings,
     checkpoint: Path,
     max_minutes: float | None = None,
+    featurize: Callable[[list[Sequence]], list[Sequence]] = lambda batch: batch,
 ) -> list[dict]:
     """Trains in place, resuming from `checkpoint`; returns the learning curve. Stops early (after a
-    checkpoint) when max_minutes have passed; the next call goes on from there."""
+    checkpoint) when max_minutes have passed; the next call goes on from there. featurize: gives a
+    batch its features where the data holds ids only (the corpus)."""
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
     steps_per_epoch = len(batches(train_set, settings.batch_tokens, random.Random(0)))
@@ -235,7 +294,7 @@ def train(
     while state["step"] < total_steps:
         epoch, index = divmod(state["step"], steps_per_epoch)
         order = batches(train_set, settings.batch_tokens, random.Random(settings.seed * 1000 + epoch))
-        batch = order[index]
+        batch = featurize(order[index])
         loss, _ = loss_terms(head, batch, settings)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -300,33 +359,43 @@ def _save_checkpoint(path: Path, head, optimizer, schedule, state, settings) -> 
 
 def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]) -> EagleHead:
     ids = draft_vocabulary(train_set, settings.draft_vocab, stops)
-    head = EagleHead(target, HeadConfig.for_target(target, name, len(ids)), ids)
-    head.feature_scale.copy_(feature_scale(train_set))
+    head = EagleHead(target, HeadConfig.for_target(target, name, len(ids), layers_of(settings)), ids)
+    sample = train_set[: SCALE_SAMPLE if train_set[0].features is None else len(train_set)]
+    head.feature_scale.copy_(feature_scale(with_features(target, sample, settings)))
     target.requires_grad_(False)
     return head
 
 
 def run_embedded(settings: Settings, out: Path, max_minutes: float | None) -> None:
-    torch.manual_seed(settings.seed)
     loaded = load_model(EMBEDDED_ID, for_generate=True)
-    train_set, heldout_set = embedded_data(settings, loaded.model, loaded.tokenizer)
-    stops = set(stop_token_ids(loaded.tokenizer, loaded.model))
-    head = new_head(loaded.model, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", train_set, settings, stops)
+    train_and_save(settings, loaded.model, loaded.tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes)
+
+
+def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name: str, out: Path, max_minutes: float | None,
+                   checkpoints: Path | None = None) -> list[dict]:
+    """The data, a new head (or its checkpoint, resumed), training, then the head and its learning curve in
+    `out` once every step is done. Returns the curve so far."""
+    torch.manual_seed(settings.seed)
+    train_set, heldout_set = training_data(settings, target, tokenizer)
+    stops = set(stop_token_ids(tokenizer, target))
+    head = new_head(target, name, train_set, settings, stops)
     cover = {n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4) for n in (4096, 8192, 12288, 16384, 24576)}
     print(f"{len(train_set)} training sequences, {sum(len(s.tokens) - s.prompt_length for s in train_set):,} response tokens; "
           f"held-out coverage of the draft vocabulary by size: {cover}")
-    name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values())
-    curve = train(head, train_set, heldout_set, settings, cache_dir() / "draft-train" / f"{name}.pt", max_minutes)
-    finished = curve and curve[-1]["step"] == _total_steps(train_set, settings)
-    if finished:
+    run_name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_")
+    checkpoint = (checkpoints or cache_dir() / "draft-train") / f"{run_name}.pt"
+    curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes,
+                  featurize=functools.partial(with_features, target, settings=settings))
+    if curve and curve[-1]["step"] == _total_steps(train_set, settings):
         save_head(head, out)
         (out / CURVE_NAME).write_text(
             json.dumps({"settings": asdict(settings), "heldout_coverage": cover, "curve": curve}, indent=1) + "\n"
         )
-        load_head(out, loaded.model)  # what was saved must load
+        load_head(out, target)  # what was saved must load
         print(f"saved {out}; held-out top-1 agreement per draft position: {_fmt(curve[-1]['heldout_top1'])}")
     else:
         print("stopped after a checkpoint; run the same command again to go on")
+    return curve
 
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
@@ -343,13 +412,16 @@ def tiny_target(vocab: int = 256, seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
-def run_smoke(out: Path, steps_epochs: int = 6) -> list[dict]:
+def run_smoke(out: Path, steps_epochs: int = 6, feature_layers: str = "") -> list[dict]:
     """A tiny random target's greedy continuations of random prompts; a few epochs; the head saved and reloaded."""
-    settings = Settings(draft_vocab=128, depth=3, epochs=steps_epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1)
+    settings = Settings(draft_vocab=128, depth=3, epochs=steps_epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
+                        feature_layers=feature_layers)
     target = tiny_target()
     rng = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 256, (8,), generator=rng).tolist() for _ in range(40)]
     data = generate_batch(target, prompts, 0.0, [255], max_new_tokens=24)
+    if layers_of(settings):
+        data = with_layers(target, data, layers_of(settings))
     train_set, heldout_set = data[:32], data[32:]
     head = new_head(target, "tiny random Llama", train_set, settings, {255})
     curve = train(head, train_set, heldout_set, settings, out / "checkpoint.pt")
@@ -370,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if args.smoke:
-        curve = run_smoke(args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke")
+        curve = run_smoke(args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke", feature_layers=args.feature_layers)
         print(f"smoke: loss {curve[0]['train_loss']} -> {curve[-1]['train_loss']}")
         return
     settings = Settings(**{name: getattr(args, name) for name in asdict(defaults)})

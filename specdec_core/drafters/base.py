@@ -2,8 +2,9 @@
 
 The interface follows transformers' candidate generators: propose candidates, then learn
 how many were accepted. A drafter belongs to one run (a model drafter holds that run's KV cache).
-A drafter that reads the target's hidden states (the EAGLE head) also has
-observe_features(start, features [n, H]); the engine calls it after every target pass.
+A drafter that reads the target's hidden states (the EAGLE head) also has feature_layers (which
+layers' outputs, side by side) and observe_features(start, features [n, F]); the engine runs the
+target with those layers and calls it after every target pass.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ claimed to load in EAGLE-3 code. The lm_head rows are not stored: they are the t
 Features are divided by a fixed per-dimension scale (measured on the training data) before the
 head sees them: the target's residual stream has a few dimensions in the thousands, which would
 swamp both fc and the regression loss.
+
+EAGLE-3's fused features (Li et al. 2025, arXiv 2503.01840), with `feature_layers` in the config: the
+head reads the outputs of a low, a middle and a high layer side by side, and `fuse` (one linear map,
+3H -> H) makes them the one vector the layer takes. Its drafts after the first read the layer's own
+output in that place, so the output is a hidden state of the head's own, not a prediction of the
+target's last layer (no regression loss then): the target's frozen norm and lm_head rows read it.
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ WEIGHTS_NAME = "model.safetensors"
 CURVE_NAME = "learning_curve.json"  # written by training/, shown by the app's explainer
 
 
+EAGLE1 = "eagle1-llama-decoder-layer"  # reads the target's last layer
+EAGLE3_FUSED = "eagle3-fused-features-llama-decoder-layer"  # reads several layers through `fuse`
+
+
 @dataclass(frozen=True, slots=True)
 class HeadConfig:
     """What the head was built for; a target that does not match it is refused."""
@@ -61,12 +71,26 @@ class HeadConfig:
     num_hidden_layers: int
     vocab_size: int
     draft_vocab_size: int
-    architecture: str = "eagle1-llama-decoder-layer"
+    architecture: str = EAGLE1
+    feature_layers: tuple[int, ...] = ()  # the target layers read (from 0), ascending; () = the last (EAGLE-1)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "feature_layers", tuple(self.feature_layers))  # a JSON list when read from a file
 
     @classmethod
-    def for_target(cls, target: PreTrainedModel, name: str, draft_vocab_size: int) -> HeadConfig:
+    def for_target(cls, target: PreTrainedModel, name: str, draft_vocab_size: int, feature_layers: tuple[int, ...] = ()) -> HeadConfig:
         c = target.config
-        return cls(name, c.model_type, c.hidden_size, c.num_hidden_layers, c.vocab_size, draft_vocab_size)
+        architecture = EAGLE3_FUSED if feature_layers else EAGLE1
+        return cls(name, c.model_type, c.hidden_size, c.num_hidden_layers, c.vocab_size, draft_vocab_size, architecture, tuple(feature_layers))
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The target layers whose outputs the head reads, side by side."""
+        return self.feature_layers or (self.num_hidden_layers - 1,)
+
+    @property
+    def feature_width(self) -> int:
+        return len(self.layers) * self.hidden_size
 
     def check_target(self, target: PreTrainedModel, where: str) -> None:
         c = target.config
@@ -79,6 +103,19 @@ class HeadConfig:
                 f"{self.vocab_size} tokens), not for this target ({seen[0]}, hidden size {seen[1]}, "
                 f"{seen[2]} layers, {seen[3]} tokens)."
             )
+        self.check_layout(where)
+
+    def check_layout(self, where: str) -> None:
+        """The feature layout must be one this code runs: EAGLE-1 on the last layer, or fused distinct layers."""
+        layers = self.feature_layers
+        fused_ok = len(layers) > 1 and list(layers) == sorted(set(layers)) and 0 <= layers[0] and layers[-1] < self.num_hidden_layers
+        if (self.architecture, bool(layers)) == (EAGLE1, False) or (self.architecture == EAGLE3_FUSED and fused_ok):
+            return
+        raise ModelLoadError(
+            f"The draft head in {where} has a feature layout this version cannot run ({self.architecture}, "
+            f"layers {list(layers) or 'last'}): it reads either the target's last layer ({EAGLE1}) or two or more "
+            f"distinct layers in ascending order, each below {self.num_hidden_layers} ({EAGLE3_FUSED})."
+        )
 
 
 class EagleHead(nn.Module):
@@ -96,10 +133,12 @@ class EagleHead(nn.Module):
         layer_config._attn_implementation = "sdpa"
         self.config = config
         self.layer_config = layer_config
+        # EAGLE-3: the low, middle and high layers' outputs made one vector; EAGLE-1 reads the last as it is
+        self.fuse = nn.Linear(config.feature_width, hidden, bias=False) if config.feature_layers else None
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
         self.midlayer = LlamaDecoderLayer(layer_config, layer_idx=0)
         self.rotary = LlamaRotaryEmbedding(layer_config)
-        self.register_buffer("feature_scale", torch.ones(hidden))
+        self.register_buffer("feature_scale", torch.ones(config.feature_width))
         # EAGLE-3's reduced-vocabulary convention: target id = draft id + d2t[draft id]; t2d marks kept ids.
         self.register_buffer("d2t", draft_ids - torch.arange(len(draft_ids)))
         t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
@@ -129,15 +168,22 @@ class EagleHead(nn.Module):
     def draft_to_target(self) -> torch.Tensor:
         return torch.arange(len(self.d2t)) + self.d2t  # [N] target id of each draft id
 
+    def input_features(self, real: torch.Tensor) -> torch.Tensor:
+        """The target's features [..., F] (the config's layers side by side) as the head reads them [..., H]:
+        divided by feature_scale (in float32: a few dimensions are in the thousands), then fused."""
+        scaled = (real.float() / self.feature_scale.float()).to(self.feature_scale.dtype)
+        return scaled if self.fuse is None else self.fuse(scaled)
+
     def forward(
         self,
-        features: torch.Tensor,  # [B, T, H] scaled features (real ones divided by feature_scale, or predictions)
+        features: torch.Tensor,  # [B, T, H] input_features of real ones, or the head's own outputs
         tokens: torch.Tensor,  # [B, T] the token after each feature's position
         position_ids: torch.Tensor,  # [B, T]
         cache: DynamicCache,
         attention_mask: torch.Tensor | None,  # [B, 1, T, cached + T] additive, or None for one query
     ) -> torch.Tensor:
-        """The predicted next features [B, T, H], in the same scaled space as the input."""
+        """The head's outputs [B, T, H], in the space of its input: EAGLE-1's predict the target's next
+        scaled feature; the fused head's are its own hidden states."""
         embedded = self._frozen["embed"](tokens).to(features.dtype)
         x = self.fc(torch.cat([embedded, features], dim=-1))
         return self.midlayer(
@@ -150,8 +196,9 @@ class EagleHead(nn.Module):
         )
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        """Scaled predicted features [..., H] -> logits over the draft vocabulary [..., N]."""
-        return self._frozen["lm_head"](self._frozen["norm"](predicted * self.feature_scale))
+        """The head's outputs [..., H] -> logits over the draft vocabulary [..., N] (through the high layer's
+        scale: for EAGLE-1 that undoes the input's scaling of the last layer)."""
+        return self._frozen["lm_head"](self._frozen["norm"](predicted * self.feature_scale[-self.config.hidden_size :]))
 
     def target_logits(self, features: torch.Tensor) -> torch.Tensor:
         """The target's own logits over the draft vocabulary from its real (unscaled) features."""
@@ -202,6 +249,14 @@ def load_head(folder: Path, target: PreTrainedModel, dtype: torch.dtype | None =
         raise ModelLoadError(f"The draft head '{where}' has a damaged weights file ({WEIGHTS_NAME}: {error}).") from None
     if "d2t" not in tensors or tensors["d2t"].shape != (config.draft_vocab_size,):
         raise ModelLoadError(f"The draft head '{where}' has no draft-to-target id map of {config.draft_vocab_size} entries.")
+    scale = tensors.get("feature_scale")
+    if scale is None or scale.shape != (config.feature_width,) or ("fuse.weight" in tensors) != bool(config.feature_layers):
+        raise ModelLoadError(
+            f"The draft head '{where}' does not match its feature layout: its config reads layers "
+            f"{list(config.layers)} ({config.feature_width} values a token, {'fused' if config.feature_layers else 'no fusion'}), "
+            f"its weights were made for {'?' if scale is None else scale.shape[0]} values a token "
+            f"({'fused' if 'fuse.weight' in tensors else 'no fusion'}). Use the config.json saved with these weights."
+        )
     draft_ids = torch.arange(config.draft_vocab_size) + tensors["d2t"]
     if int(draft_ids.min()) < 0 or int(draft_ids.max()) >= config.vocab_size:
         raise ModelLoadError(f"The draft head '{where}' maps draft ids outside the target's {config.vocab_size} tokens.")
@@ -244,13 +299,19 @@ class EagleDrafter:
         self._features = torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=self._device)
         self._draft_to_target = head.draft_to_target.cpu()
 
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return self.head.config.layers
+
     def begin(self, target: CachedModel) -> None:
         """Nothing to adopt: the head builds its cache from the target's features of the prompt."""
 
     def observe_features(self, start: int, features: torch.Tensor) -> None:
-        """The target's last hidden states [n, H] for positions start..start+n-1 of its latest pass."""
-        scaled = (features.to(self._device).float() / self.head.feature_scale.float()).to(self._features.dtype)
-        self._features = torch.cat([self._features[:start], scaled])
+        """The target's features [n, F] (feature_layers side by side) for positions start..start+n-1 of its
+        latest pass, kept as the head reads them."""
+        with torch.inference_mode():
+            read = self.head.input_features(features.to(self._device))
+        self._features = torch.cat([self._features[:start], read])
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:

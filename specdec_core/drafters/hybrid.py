@@ -72,6 +72,10 @@ class HybridDrafter:
     def begin(self, target: CachedModel) -> None:
         self.head.begin(target)
 
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return self.head.feature_layers
+
     def observe_features(self, start: int, features: torch.Tensor) -> None:
         self.head.observe_features(start, features)
 

@@ -62,6 +62,31 @@ def test_logits_and_features_equal_transformers_forward_after_rollbacks(lean, st
     assert ours.length == theirs.length == len(CONTEXT) + 2 + width
 
 
+@pytest.mark.parametrize("layers", [(0, 1, 2), (0, 2), (-1,)])
+def test_features_of_several_layers_are_their_outputs_side_by_side(lean, stock, layers):
+    """The fused head's hand-off (EAGLE-3: a low, a middle and a high layer), on both passes, against a
+    reference computed here: transformers' full forward with every hidden state, no cache."""
+    tokens = CONTEXT + [7, 8, 9]
+    with torch.inference_mode():
+        every = stock(torch.tensor([tokens]), output_hidden_states=True).hidden_states  # [0] = embeddings
+    last_layer = stock.config.num_hidden_layers - 1
+    # the last entry is the final norm's output; the last layer's own is recomputed without the norm
+    own = {i: every[i + 1][0] for i in range(last_layer)}
+    with torch.inference_mode():
+        hidden = stock.model.embed_tokens(torch.tensor([tokens]))
+        positions = torch.arange(len(tokens))[None]
+        embeddings = stock.model.rotary_emb(hidden, positions)
+        for layer in stock.model.layers:
+            hidden = layer(hidden, position_embeddings=embeddings, position_ids=positions, attention_mask=None)
+        own[last_layer] = hidden[0]
+    expected = torch.cat([own[i % (last_layer + 1)] for i in layers], dim=-1)[len(CONTEXT):]
+    for model in (lean, stock):
+        cached = CachedModel(model)
+        cached.forward(CONTEXT)
+        _, features = cached.forward_with_features([7, 8, 9], logits_to_keep=3, layers=layers)
+        torch.testing.assert_close(features, expected, **TOLERANCE)
+
+
 def test_tree_pass_and_compaction_equal_transformers_forward(lean, stock):
     """A draft tree verified with its 4D mask, then compacted to one path: the same logits and cache."""
     parents = (-1, -1, 0, 0, 2)  # two roots; the first has two children; a grandchild

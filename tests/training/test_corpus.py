@@ -73,3 +73,25 @@ def test_the_prompt_set_has_no_overlap_with_any_evaluation_set(whole):
 def test_the_prompt_set_has_no_repeats(whole):
     keys = ["\n".join(p.turns[::2]) for p in read_prompt_set(whole[0])]
     assert len(set(keys)) == len(keys)
+
+
+def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompts(whole, tmp_path):
+    """train_head --corpus: ids in, features made batch by batch with the target that wrote the corpus."""
+    from specdec_core.drafters.eagle import load_head
+    from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
+    from training.train_head import HELDOUT_EVERY, Settings, corpus_data, train_and_save
+
+    out, records = whole
+    tokenizer = tiny_chat_tokenizer()
+    target = tiny_chat_model(tokenizer)
+    settings = Settings(draft_vocab=256, depth=2, epochs=3, batch_tokens=1024, lr=3e-3, evals_per_epoch=1,
+                        feature_layers="0,1", corpus=str(out))
+    train_set, heldout_set = corpus_data(settings, target)
+    assert len(train_set) + len(heldout_set) == len(records) and all(s.features is None for s in train_set)
+    assert len(heldout_set) == len([r for r in records if r.index % HELDOUT_EVERY == 0]) > 0
+    assert heldout_set[0].features.shape[1] == 2 * target.config.hidden_size
+    capped, _ = corpus_data(Settings(corpus=str(out), corpus_tokens=40), target)
+    assert 0 < len(capped) < len(train_set)  # the learning curve's smaller sets
+    curve = train_and_save(settings, target, tokenizer, "tiny chat", tmp_path / "head", None, checkpoints=tmp_path)
+    assert curve[-1]["train_loss"] < curve[0]["train_loss"]
+    assert load_head(tmp_path / "head", target).config.layers == (0, 1)

@@ -19,6 +19,15 @@ def test_smoke_training_lowers_the_loss_and_saves_a_head_that_loads(tmp_path):
     assert head.config.draft_vocab_size == 128
 
 
+def test_smoke_training_of_a_fused_head_lowers_the_loss_and_saves_a_head_that_loads(tmp_path):
+    """EAGLE-3's layout: both layers of the tiny target read and fused; cross-entropy only."""
+    main(["--smoke", "--feature-layers", "0,1", "--out", str(tmp_path / "head")])
+    curve = json.loads((tmp_path / "head" / "learning_curve.json").read_text())["curve"]
+    assert curve[-1]["train_loss"] < curve[0]["train_loss"]
+    head = load_head(tmp_path / "head", tiny_target())
+    assert head.config.layers == (0, 1) and head.fuse is not None and head.feature_scale.shape == (2 * 64,)
+
+
 def test_smoke_training_resumes_from_its_checkpoint(tmp_path):
     main(["--smoke", "--out", str(tmp_path / "head")])
     first = json.loads((tmp_path / "head" / "learning_curve.json").read_text())["curve"]

@@ -20,9 +20,10 @@ from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_margina
 VOCAB = 32
 
 
-def random_head(target, draft_ids: list[int], seed: int = 0, sharpness: float = 4.0) -> EagleHead:
+def random_head(target, draft_ids: list[int], seed: int = 0, sharpness: float = 4.0, layers: tuple[int, ...] = ()) -> EagleHead:
+    """layers: () reads the last layer (EAGLE-1); several fuse their outputs (EAGLE-3)."""
     torch.manual_seed(seed)
-    head = EagleHead(target, HeadConfig.for_target(target, "tiny", len(draft_ids)), torch.tensor(draft_ids))
+    head = EagleHead(target, HeadConfig.for_target(target, "tiny", len(draft_ids), layers), torch.tensor(draft_ids))
     with torch.no_grad():  # a random head with opinions: q far from uniform, so rejections happen
         head.fc.weight.mul_(sharpness)
     return head.eval()
@@ -33,15 +34,30 @@ def target():
     return tiny_llama(seed=1, vocab_size=VOCAB)
 
 
+# A reduced draft vocabulary: 24 of the target's 32 ids, so some tokens are never proposed.
+DRAFT_IDS = list(range(0, VOCAB, 4)) + [i for i in range(VOCAB) if i % 4][:16]
+
+
 @pytest.fixture(scope="module")
 def head(target):
-    # A reduced draft vocabulary: 24 of the target's 32 ids, so some tokens are never proposed.
-    return random_head(target, list(range(0, VOCAB, 4)) + [i for i in range(VOCAB) if i % 4][:16])
+    return random_head(target, DRAFT_IDS)
+
+
+@pytest.fixture(scope="module")
+def fused_head(target):
+    """EAGLE-3's layout on the 2-layer target: both layers' outputs, fused."""
+    return random_head(target, DRAFT_IDS, layers=(0, 1))
+
+
+@pytest.fixture(params=["head", "fused_head"])
+def any_head(request):
+    return request.getfixturevalue(request.param)
 
 
 @pytest.mark.parametrize("k", range(1, 9))
 @pytest.mark.parametrize("adaptive", [False, True])
-def test_greedy_head_drafts_equal_plain_and_generate(target, head, k, adaptive):
+def test_greedy_head_drafts_equal_plain_and_generate(target, any_head, k, adaptive):
+    head = any_head
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
     reference = target.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
@@ -50,8 +66,9 @@ def test_greedy_head_drafts_equal_plain_and_generate(target, head, k, adaptive):
     assert generated_tokens(events) == plain
 
 
-def test_every_head_variant_stays_lossless(target, head, tmp_path, cpu_path):
+def test_every_head_variant_stays_lossless(target, any_head, tmp_path, cpu_path):
     """Each precision and kernel the tuner may pick on this path: greedy output identical to plain decoding."""
+    head = any_head
     save_head(head, tmp_path / "head")
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
@@ -122,9 +139,10 @@ def test_id_map_round_trips(head, target, tmp_path):
     assert torch.allclose(a, b, atol=1e-2)  # saved in float16
 
 
-def test_rollback_after_partial_acceptance_matches_a_fresh_drafter(target, head):
+def test_rollback_after_partial_acceptance_matches_a_fresh_drafter(target, any_head):
     """After steps with rejections, the head's next proposal equals that of a new drafter given
     only the verified context and the target's features for it."""
+    head = any_head
     drafter = EagleDrafter(head)
     run = speculative(target, drafter, PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=4))
     events = [next(run) for _ in range(6)]
@@ -135,7 +153,7 @@ def test_rollback_after_partial_acceptance_matches_a_fresh_drafter(target, head)
     continued = drafter.propose(context, 4, sampler)
 
     fresh = EagleDrafter(head)
-    _, features = CachedModel(target).forward_with_features(context[:-1])
+    _, features = CachedModel(target).forward_with_features(context[:-1], layers=fresh.feature_layers)
     fresh.observe_features(0, features)
     expected = fresh.propose(context, 4, sampler)
     assert continued.tokens == expected.tokens
@@ -154,10 +172,10 @@ def small_target():
     return tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
 
 
-@pytest.fixture(scope="module")
-def small_head(small_target):
+@pytest.fixture(scope="module", params=[(), (0, 1)], ids=["last layer", "fused layers"])
+def small_head(small_target, request):
     # q is zero for tokens 5, 6 and 7, which the target can still emit (through the residual).
-    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0)
+    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0, layers=request.param)
 
 
 def head_sample_counts(target, head, runs: int) -> tuple[list[int], list[int]]:
@@ -232,3 +250,18 @@ def test_id_map_outside_the_vocabulary_is_refused(target, head, tmp_path):
     assert config["vocab_size"] == VOCAB
     with pytest.raises(ModelLoadError, match="outside"):
         load_head(tmp_path / "h", target)
+
+
+def test_a_head_file_for_another_feature_layout_is_refused(target, fused_head, tmp_path):
+    """Fused weights with an EAGLE-1 config, and a config whose layers this code cannot read."""
+    save_head(fused_head, tmp_path / "h")
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert config["feature_layers"] == [0, 1]
+    (tmp_path / "h" / "config.json").write_text(json.dumps({**config, "architecture": "eagle1-llama-decoder-layer", "feature_layers": []}))
+    with pytest.raises(ModelLoadError, match="does not match its feature layout"):
+        load_head(tmp_path / "h", target)
+    (tmp_path / "h" / "config.json").write_text(json.dumps({**config, "feature_layers": [1, 0]}))
+    with pytest.raises(ModelLoadError, match="feature layout this version cannot run"):
+        load_head(tmp_path / "h", target)
+    (tmp_path / "h" / "config.json").write_text(json.dumps(config))
+    assert load_head(tmp_path / "h", target).config.layers == (0, 1)

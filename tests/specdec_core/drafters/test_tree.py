@@ -138,8 +138,25 @@ def test_a_tree_sized_by_a_steep_cost_curve_is_smaller(target, head):
     assert sizes["steep"] < sizes["flat"]
 
 
+@pytest.fixture(scope="module")
+def fused_head(target):
+    """EAGLE-3's layout: both layers of the 2-layer target, fused."""
+    return random_head(target, list(range(VOCAB)), seed=3, sharpness=4.0, layers=(0, 1))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_greedy_tree_of_a_fused_head_equals_plain_decoding(target, fused_head, k):
+    config = GenerationConfig(max_new_tokens=40)
+    plain = generated_tokens(autoregressive(target, PROMPT, config))
+    events = list(speculative(target, EagleDrafter(fused_head, tree=TreeShape(width=3, longest=8)), PROMPT, config, DraftConfig(k=k)))
+    assert generated_tokens(events) == plain
+    assert any(isinstance(e, SpecStep) and not e.is_chain for e in events)
+
+
+@pytest.mark.parametrize("heads", ["head", "fused_head"])
 @pytest.mark.parametrize("adaptive", [False, True])
-def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, head, adaptive):
+def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, heads, adaptive, request):
+    head = request.getfixturevalue(heads)
     prompt = PROMPT * 3  # repetitive: the lookup has something to offer
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, prompt, config))
