@@ -278,13 +278,14 @@ def choose_fastest(part: str, identity: dict, builders: dict[str, Callable[[], o
     return builders[chosen](), choice
 
 
-def head_draft_seconds(head) -> float:
-    """Median seconds of one draft pass of an EAGLE head (a DRAFT_TOKENS-token draft, divided)."""
+def head_draft_seconds(head, tree=None) -> float:
+    """Median seconds of one draft pass of an EAGLE head (a DRAFT_TOKENS-token draft, divided). tree: a
+    drafters.eagle.TreeShape to time a tree's levels instead (several nodes a pass, and the tree's bookkeeping)."""
     from .config import SamplingConfig  # noqa: PLC0415  (eagle imports sampling; kept local to avoid a cycle at import)
     from .drafters.eagle import EagleDrafter  # noqa: PLC0415
     from .sampling import Sampler  # noqa: PLC0415
 
-    drafter = EagleDrafter(head)
+    drafter = EagleDrafter(head, tree=tree)
     features = torch.randn(CONTEXT_TOKENS + 64, head.config.feature_width, generator=torch.Generator().manual_seed(0))
     vocab = head.config.vocab_size
     context = [i % vocab for i in range(CONTEXT_TOKENS)]

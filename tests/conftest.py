@@ -20,6 +20,21 @@ from specdec_core.cpu_kernels import speed_up_linears
 torch.set_num_threads(2)
 
 
+@torch.inference_mode()
+def layer_outputs(model: LlamaForCausalLM, tokens: list[int]) -> list[torch.Tensor]:
+    """Each decoder layer's output [T, H] (the last before the final norm), by running the layers here one by
+    one: a reference for the features the engine and training hand over, independent of transformers'
+    hidden-state numbering and its config flags."""
+    hidden = model.model.embed_tokens(torch.tensor([tokens]))
+    positions = torch.arange(len(tokens))[None]
+    embeddings = model.model.rotary_emb(hidden, positions)
+    outputs = []
+    for layer in model.model.layers:  # no mask: one sequence, causal
+        hidden = layer(hidden, position_embeddings=embeddings, position_ids=positions, attention_mask=None)
+        outputs.append(hidden[0])
+    return outputs
+
+
 def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 256, fast: bool = True) -> LlamaForCausalLM:
     """A random 2-layer Llama: real attention, real KV cache, a forward pass in well under a millisecond.
     fast: with the project's CPU linears (cpu_kernels.speed_up_linears); else stock nn.Linear."""

@@ -24,7 +24,7 @@ def with_layers(model: PreTrainedModel, data: list[Sequence], layers: tuple[int,
     their targets)."""
     out = list(featurized(model, ((s.tokens, s.prompt_length) for s in data), layers, batch_tokens))
     by_length = sorted(range(len(data)), key=lambda i: len(data[i].tokens))  # featurized's order (a stable sort)
-    ordered: list[Sequence] = [out[0]] * len(data)
+    ordered: list[Sequence | None] = [None] * len(data)
     for rank, i in enumerate(by_length):
         ordered[i] = out[rank]
     return ordered

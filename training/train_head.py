@@ -137,6 +137,11 @@ def layers_of(settings: Settings) -> tuple[int, ...]:
     return tuple(int(i) for i in settings.feature_layers.split(",")) if settings.feature_layers else ()
 
 
+def check_layout(target: PreTrainedModel, settings: Settings) -> None:
+    """A feature layout no head could be loaded with is refused before any data or training, not after."""
+    HeadConfig.for_target(target, "", settings.draft_vocab, layers_of(settings)).check_layout(f"--feature-layers {settings.feature_layers}")
+
+
 def with_features(target: PreTrainedModel, batch: list[Sequence], settings: Settings) -> list[Sequence]:
     """The batch with the features the head reads, made now where it holds token ids only."""
     return batch if batch[0].features is not None else with_layers(target, batch, layers_of(settings))
@@ -375,6 +380,7 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
                    checkpoints: Path | None = None) -> list[dict]:
     """The data, a new head (or its checkpoint, resumed), training, then the head and its learning curve in
     `out` once every step is done. Returns the curve so far."""
+    check_layout(target, settings)
     torch.manual_seed(settings.seed)
     train_set, heldout_set = training_data(settings, target, tokenizer)
     stops = set(stop_token_ids(tokenizer, target))
@@ -417,6 +423,7 @@ def run_smoke(out: Path, steps_epochs: int = 6, feature_layers: str = "") -> lis
     settings = Settings(draft_vocab=128, depth=3, epochs=steps_epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
                         feature_layers=feature_layers)
     target = tiny_target()
+    check_layout(target, settings)
     rng = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 256, (8,), generator=rng).tolist() for _ in range(40)]
     data = generate_batch(target, prompts, 0.0, [255], max_new_tokens=24)

@@ -34,10 +34,10 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
         return EagleDrafter(eagle_head(target.source, spec.removeprefix(DRAFT_EAGLE_PREFIX)), "EAGLE head")
     if spec.startswith((DRAFT_EAGLE_TREE_PREFIX, DRAFT_HYBRID_PREFIX)):
         prefix, folder = spec.split(":", 1)
-        head = eagle_head(target.source, folder)
-        chain_spec = DRAFT_EAGLE_PREFIX + folder
-        c = measured_cost_ratio(target.source, default_dtype(), chain_spec) or 0.0
-        if (measured := draft_pass(target.source, chain_spec)) is not None:  # the same head, one pass per level
+        head = eagle_head(target.source, folder)  # times a chain's pass and a tree level's on this machine
+        tree_spec = DRAFT_EAGLE_TREE_PREFIX + folder
+        c = measured_cost_ratio(target.source, default_dtype(), tree_spec) or 0.0  # a tree level over a target pass
+        if spec != tree_spec and (measured := draft_pass(target.source, tree_spec)) is not None:  # the hybrid's head: the same tree
             record_draft_pass(target.source, spec, *measured)
         curve = cost_curve(target.model)
         tree = EagleDrafter(head, "EAGLE tree", TreeShape(), curve, c)

@@ -112,7 +112,7 @@ class HeadConfig:
         if (self.architecture, bool(layers)) == (EAGLE1, False) or (self.architecture == EAGLE3_FUSED and fused_ok):
             return
         raise ModelLoadError(
-            f"The draft head in {where} has a feature layout this version cannot run ({self.architecture}, "
+            f"The draft head ({where}) has a feature layout this version cannot run ({self.architecture}, "
             f"layers {list(layers) or 'last'}): it reads either the target's last layer ({EAGLE1}) or two or more "
             f"distinct layers in ascending order, each below {self.num_hidden_layers} ({EAGLE3_FUSED})."
         )
@@ -196,8 +196,9 @@ class EagleHead(nn.Module):
         )
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
-        """The head's outputs [..., H] -> logits over the draft vocabulary [..., N] (through the high layer's
-        scale: for EAGLE-1 that undoes the input's scaling of the last layer)."""
+        """The head's outputs [..., H] -> logits over the draft vocabulary [..., N], through the scale of the
+        highest layer read: for EAGLE-1 that undoes the input's scaling of the last layer; for a fused head
+        it is a fixed rescaling its training learned with (training and serving both go through here)."""
         return self._frozen["lm_head"](self._frozen["norm"](predicted * self.feature_scale[-self.config.hidden_size :]))
 
     def target_logits(self, features: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ brings the head back; its cache catches up on the skipped positions in its next 
 
 The head also has to earn its passes. On each step it ran, the tokens it gave and what the step
 cost in target passes (the merged tree's verification from the measured curve, plus its k passes
-at the c measured at load) are set against what the lookup alone would have given on the same
+at the c of a tree level, measured at load) are set against what the lookup alone would have given on the same
 step (the accepted part of its guess, at the cost of verifying the guess only). Where the head's
 steps yield fewer tokens per unit of cost, on text it cannot predict (translation, for the
 embedded head), the lookup drafts alone, and the head is tried again every PROBE_EVERY steps.

@@ -13,7 +13,7 @@ from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.kv_cache import CachedModel
 from specdec_core.lean_pass import fuse_projections, is_lean, lean_unsupported, run_pass
-from tests.conftest import tiny_llama
+from tests.conftest import layer_outputs, tiny_llama
 
 CONTEXT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}
@@ -64,22 +64,10 @@ def test_logits_and_features_equal_transformers_forward_after_rollbacks(lean, st
 
 @pytest.mark.parametrize("layers", [(0, 1, 2), (0, 2), (-1,)])
 def test_features_of_several_layers_are_their_outputs_side_by_side(lean, stock, layers):
-    """The fused head's hand-off (EAGLE-3: a low, a middle and a high layer), on both passes, against a
-    reference computed here: transformers' full forward with every hidden state, no cache."""
-    tokens = CONTEXT + [7, 8, 9]
-    with torch.inference_mode():
-        every = stock(torch.tensor([tokens]), output_hidden_states=True).hidden_states  # [0] = embeddings
-    last_layer = stock.config.num_hidden_layers - 1
-    # the last entry is the final norm's output; the last layer's own is recomputed without the norm
-    own = {i: every[i + 1][0] for i in range(last_layer)}
-    with torch.inference_mode():
-        hidden = stock.model.embed_tokens(torch.tensor([tokens]))
-        positions = torch.arange(len(tokens))[None]
-        embeddings = stock.model.rotary_emb(hidden, positions)
-        for layer in stock.model.layers:
-            hidden = layer(hidden, position_embeddings=embeddings, position_ids=positions, attention_mask=None)
-        own[last_layer] = hidden[0]
-    expected = torch.cat([own[i % (last_layer + 1)] for i in layers], dim=-1)[len(CONTEXT):]
+    """The fused head's hand-off (EAGLE-3: a low, a middle and a high layer), on both passes, against the
+    layers' outputs computed one by one (conftest.layer_outputs)."""
+    own = layer_outputs(stock, CONTEXT + [7, 8, 9])
+    expected = torch.cat([own[i] for i in layers], dim=-1)[len(CONTEXT):]
     for model in (lean, stock):
         cached = CachedModel(model)
         cached.forward(CONTEXT)

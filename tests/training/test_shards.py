@@ -10,6 +10,7 @@ from training.generation import Sampling, encode_chat, generate
 from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
 from training.train_head import tiny_target
+from tests.conftest import layer_outputs, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -83,17 +84,16 @@ def test_features_are_recomputed_from_the_ids():
 
 
 def test_fused_features_are_the_layers_outputs_side_by_side_in_the_given_order():
-    """EAGLE-3's training features against a reference computed here, one sequence at a time and unpadded;
-    the targets stay the last layer's output before the final norm."""
-    target = tiny_target()
+    """EAGLE-3's training features against the layers' outputs computed one by one, a sequence at a time and
+    unpadded, on a 3-layer target whose last layer is not among them: the targets stay the last layer's."""
+    target = tiny_llama(seed=4, vocab_size=256, layers=3, fast=False)
     records = [Record(i, [7, 1, 2, 3, 4][: 5 - 2 * i], [5, 6, 255], True, "f", 0.0) for i in range(3)]  # longest first
     plain = list(sequences(target, records))
     fused = with_layers(target, plain[::-1], (0, 1), batch_tokens=12)
     assert [s.tokens.tolist() for s in fused] == [s.tokens.tolist() for s in plain[::-1]]  # the order given
     for s in fused:
-        with torch.inference_mode():
-            every = target.model(s.tokens[None], output_hidden_states=True).hidden_states
-        expected = torch.cat([every[1][0], every[2][0]], dim=-1)
-        torch.testing.assert_close(s.features.float(), expected, rtol=2e-3, atol=2e-3)  # stored in float16
-        own = [p for p in plain if p.tokens.tolist() == s.tokens.tolist()][0]
-        assert torch.equal(s.targets, own.features) and own.last_layer is None
+        own = layer_outputs(target, s.tokens.tolist())
+        torch.testing.assert_close(s.features.float(), torch.cat([own[0], own[1]], dim=-1), rtol=2e-3, atol=2e-3)  # float16
+        torch.testing.assert_close(s.targets.float(), own[2], rtol=2e-3, atol=2e-3)
+        twin = [p for p in plain if p.tokens.tolist() == s.tokens.tolist()][0]
+        assert torch.equal(s.targets, twin.features) and twin.last_layer is None

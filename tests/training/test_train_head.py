@@ -3,9 +3,18 @@
 import json
 from pathlib import Path
 
-from specdec_core.drafters.eagle import load_head
-from training.draft_data import build_prompts
-from training.train_head import main, tiny_target
+import pytest
+import torch
+
+from specdec_core import SamplingConfig
+from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head
+from specdec_core.errors import ModelLoadError
+from specdec_core.kv_cache import CachedModel
+from specdec_core.sampling import Sampler
+from tests.conftest import tiny_llama
+from training.corpus_features import with_layers
+from training.draft_data import Sequence, build_prompts
+from training.train_head import main, tiny_target, unrolled_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,3 +58,36 @@ def test_workload_and_test_prompts_never_enter_training():
     assert not builtin & train
     test_sources = "\n".join(f.read_text() for f in (ROOT / "tests").rglob("*.py"))
     assert not any(text in test_sources for text in train)
+
+
+def test_serving_drafts_what_training_teaches_for_both_feature_layouts():
+    """The drafter's first guess after each prefix (observe_features, then propose) is the argmax of what
+    the unrolled training pass computes at that entry: the two read the same features the same way. On a
+    3-layer target, the fused head reads layers 0 and 1, neither of them the last."""
+    target = tiny_llama(seed=6, vocab_size=64, layers=3, fast=False)
+    tokens = [1, 5, 9, 2, 6, 3, 7, 4, 8, 10, 11, 12]
+    for layers in ((), (0, 1)):
+        torch.manual_seed(0)
+        head = EagleHead(target, HeadConfig.for_target(target, "tiny", 48, layers), torch.arange(48)).eval()
+        with torch.no_grad():  # opinions that follow the input, so that argmaxes differ from entry to entry
+            head.fc.weight.mul_(4.0)
+            head.fc.bias.zero_()
+        [sequence] = with_layers(target, [Sequence(torch.tensor(tokens), 2, None)], layers)
+        with torch.no_grad():
+            taught = unrolled_pass(head, sequence.tokens[None], sequence.features[None].float(), depth=1)[0][0]
+        expected = head.draft_to_target[head.logits(taught).argmax(-1)].tolist()  # entry j guesses token j + 2
+        served = []
+        for end in range(2, len(tokens)):
+            drafter = EagleDrafter(head)
+            _, features = CachedModel(target).forward_with_features(tokens[: end - 1], layers=drafter.feature_layers)
+            drafter.observe_features(0, features)
+            served.append(drafter.propose(tokens[:end], 1, Sampler(SamplingConfig())).tokens[0])
+        assert served == expected[: len(served)]
+        assert len(set(served)) > 1
+
+
+def test_a_feature_layout_no_head_could_load_is_refused_before_training(tmp_path):
+    for layers in ("1", "1,0", "0,0", "0,5"):
+        with pytest.raises(ModelLoadError, match="feature layout"):
+            main(["--smoke", "--feature-layers", layers, "--out", str(tmp_path / "head")])
+    assert not (tmp_path / "head").exists()

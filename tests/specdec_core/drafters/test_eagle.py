@@ -14,6 +14,7 @@ from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
 from specdec_core.drafters.head_variants import HEAD_VARIANTS, fast_head, head_variant, head_variants
 from specdec_core.sampling import Sampler
+from specdec_core.tuning import draft_pass
 from tests.conftest import tiny_llama
 from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_marginals
 
@@ -94,6 +95,10 @@ def test_the_tuned_head_is_the_fastest_variant_and_its_cost_is_recorded(target, 
     dtype, _ = HEAD_VARIANTS[min(seconds, key=seconds.get)]
     assert fast.feature_scale.dtype == dtype
     assert ("bfloat16 packed" in seconds) == (cpu_path == "native" and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    # a tree level, timed with the chosen variant: what the tree and the hybrid price their head passes at
+    tree_level, chain = draft_pass("tiny-target", "eagle-tree:head"), draft_pass("tiny-target", "eagle:head")
+    assert tree_level[1] == chain[1] == min(seconds, key=seconds.get) and tree_level[0] > 0
+    assert len(list((tmp_path / "tuning").glob("EAGLE-tree-level-*.json"))) == 1
 
 
 def test_head_drafts_are_both_accepted_and_rejected(target):
