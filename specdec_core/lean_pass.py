@@ -91,15 +91,22 @@ def run_pass(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The one way a loaded model runs a pass: the lean one for a fused model, else transformers' forward.
     Same arguments and results as lean_forward."""
-    layers = tuple(i % model.config.num_hidden_layers for i in feature_layers)
     if is_lean(model):
+        layers = tuple(i % model.config.num_hidden_layers for i in feature_layers)
         return lean_forward(model, input_ids, cache, position_ids, attention_mask, logits_to_keep, layers)
-    if layers:  # the last layer's hidden state is then its output, not the final norm's, as lean_forward's
-        model.config.tie_last_hidden_states = False
-    # transformers numbers hidden states from the embeddings' (0): layer i's output is i + 1
+    selected = hidden_state_indices(model, feature_layers)
     out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep, position_ids=position_ids,
-                attention_mask=attention_mask, output_hidden_states=[i + 1 for i in layers] if layers else None)
-    return out.logits, torch.cat([out.hidden_states[i + 1] for i in layers], dim=-1) if layers else None  # None where not selected
+                attention_mask=attention_mask, output_hidden_states=selected or None)
+    return out.logits, torch.cat([out.hidden_states[i] for i in selected], dim=-1) if selected else None
+
+
+def hidden_state_indices(model: PreTrainedModel, layers: tuple[int, ...]) -> list[int]:
+    """transformers' indices of the outputs of the numbered layers (from 0; -1 the last) among a forward's
+    hidden states, which it numbers from the embeddings' (0): layer i's output is i + 1. Its tuple holds None
+    where a state was not selected. The last layer's is then its output, not the final norm's, as lean_forward's."""
+    if layers:
+        model.config.tie_last_hidden_states = False
+    return [i % model.config.num_hidden_layers + 1 for i in layers]
 
 
 def causal_mask(new: int, cached: int) -> torch.Tensor:

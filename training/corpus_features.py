@@ -4,43 +4,27 @@ float16 for SmolLM2-135M) are made where the head is trained."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
 import torch
 from transformers import PreTrainedModel
 
-from training.draft_data import Sequence, hidden_states
+from training.draft_data import Sequence, hidden_states, length_batches
 from training.shards import Record
 
 
-def sequences(model: PreTrainedModel, records: list[Record], layers: tuple[int, ...] = (), batch_tokens: int = 16_384) -> Iterator[Sequence]:
-    """draft_data Sequences of corpus records, a length-sorted batch at a time (a corpus larger than memory
-    can be streamed). layers: what the head reads, () for the last layer (EAGLE-1)."""
-    return featurized(model, ((torch.tensor(r.prompt + r.response), len(r.prompt)) for r in records), layers, batch_tokens)
-
-
-def with_layers(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], batch_tokens: int = 16_384) -> list[Sequence]:
-    """The same sequences, in the same order, with the features of other layers (the last layer's kept as
-    their targets)."""
-    out = list(featurized(model, ((s.tokens, s.prompt_length) for s in data), layers, batch_tokens))
-    by_length = sorted(range(len(data)), key=lambda i: len(data[i].tokens))  # featurized's order (a stable sort)
-    ordered: list[Sequence | None] = [None] * len(data)
-    for rank, i in enumerate(by_length):
-        ordered[i] = out[rank]
-    return ordered
+def ids_only(records: list[Record]) -> list[Sequence]:
+    """Corpus records as Sequences of token ids, their features to be made by with_layers."""
+    return [Sequence(torch.tensor(r.prompt + r.response), len(r.prompt), None) for r in records]
 
 
 @torch.inference_mode()
-def featurized(model: PreTrainedModel, items: Iterable[tuple[torch.Tensor, int]], layers: tuple[int, ...], batch_tokens: int) -> Iterator[Sequence]:
-    """(tokens, prompt length) pairs as Sequences, in order of length, batch by batch."""
-    batch: list[tuple[torch.Tensor, int]] = []
-    for item in sorted(items, key=lambda item: len(item[0])):
-        if batch and (len(batch) + 1) * len(item[0]) > batch_tokens:
-            yield from _featurize(model, batch, layers)
-            batch = []
-        batch.append(item)
-    if batch:
-        yield from _featurize(model, batch, layers)
+def with_layers(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], batch_tokens: int = 16_384) -> list[Sequence]:
+    """The same sequences, in the same order, with the features of the numbered layers (() for the last
+    layer, EAGLE-1; otherwise the last layer's kept as their targets), made a batch of similar lengths at a time."""
+    out: list[Sequence | None] = [None] * len(data)
+    for batch in length_batches(data, batch_tokens):
+        for i, sequence in zip(batch, _featurize(model, [(data[i].tokens, data[i].prompt_length) for i in batch], layers)):
+            out[i] = sequence
+    return out
 
 
 def _featurize(model: PreTrainedModel, batch: list[tuple[torch.Tensor, int]], layers: tuple[int, ...]) -> list[Sequence]:

@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from specdec_core.lean_pass import hidden_state_indices
 from specdec_core.prompts import encode_prompt, stop_token_ids
 
 TASKS = Path(__file__).resolve().parent.parent / "assets" / "draft_tasks.json"
@@ -143,16 +144,26 @@ def generate_batch(
     return [Sequence(s, len(ids), f) for s, ids, f in zip(sequences, encoded, features)]
 
 
+def length_batches(sequences: list[Sequence], batch_tokens: int) -> list[list[int]]:
+    """Indices of the sequences, shortest first, in batches of similar length whose padded size stays
+    within batch_tokens (a longer sequence alone makes a batch of its own)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in sorted(range(len(sequences)), key=lambda i: len(sequences[i].tokens)):
+        if current and (len(current) + 1) * len(sequences[i].tokens) > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + [current] if current else batches
+
+
 def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers: tuple[int, ...] = (-1,)) -> list[torch.Tensor]:
     """The outputs of the numbered layers (from 0, ascending and distinct; -1 the last, before the final
     norm), side by side, per sequence: [T, len(layers) * H] float16."""
-    model.config.tie_last_hidden_states = False  # the last layer's output before the final norm, not after
     width = max(len(s) for s in sequences)
     input_ids = torch.stack([torch.nn.functional.pad(s, (0, width - len(s))) for s in sequences])
     mask = (torch.arange(width)[None, :] < torch.tensor([len(s) for s in sequences])[:, None]).long()
-    count = model.config.num_hidden_layers
-    # transformers numbers hidden states from the embeddings' (0): layer i's output is i + 1
-    selected = [i % count + 1 for i in layers]
+    selected = hidden_state_indices(model, layers)
     out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
     hidden = torch.cat([out.hidden_states[i] for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
     return [hidden[row, : len(s)].to(torch.float16).clone() for row, s in enumerate(sequences)]

@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from training.corpus_features import with_layers
-from training.draft_data import Sequence, generate_batch, generate_shards, load_sequences, sample_prompts
+from training.corpus_features import ids_only, with_layers
+from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from training.shards import read_job
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.models import load_model
@@ -89,8 +89,7 @@ def corpus_data(settings: Settings, model: PreTrainedModel) -> tuple[list[Sequen
     if not records:
         raise SystemExit(f"{settings.corpus} holds no responses yet: run `python -m training.corpus` first.")
     train_set, heldout_set, tokens = [], [], 0
-    for r in records:
-        sequence = Sequence(torch.tensor(r.prompt + r.response), len(r.prompt), None)
+    for r, sequence in zip(records, ids_only(records)):
         if r.index % HELDOUT_EVERY == 0:
             heldout_set.append(sequence)
         elif not settings.corpus_tokens or tokens < settings.corpus_tokens:
@@ -159,15 +158,7 @@ def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
 
 def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) -> list[list[Sequence]]:
     """Sequences of similar length together (less padding), batch order shuffled."""
-    ordered = sorted(sequences, key=lambda s: len(s.tokens))
-    out, current = [], []
-    for s in ordered:
-        if current and (len(current) + 1) * len(s.tokens) > batch_tokens:
-            out.append(current)
-            current = []
-        current.append(s)
-    if current:
-        out.append(current)
+    out = [[sequences[i] for i in batch] for batch in length_batches(sequences, batch_tokens)]
     rng.shuffle(out)
     return out
 

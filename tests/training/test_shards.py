@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.corpus_features import sequences, with_layers
+from training.corpus_features import ids_only, with_layers
 from training.generation import Sampling, encode_chat, generate
 from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
@@ -77,7 +77,7 @@ def test_a_quorum_stops_the_batch_once_most_rows_have_ended(chat):
 def test_features_are_recomputed_from_the_ids():
     target = tiny_target()
     records = [Record(i, [1, 2, 3, 4][: 2 + i], [5, 6, 255], True, "f", 0.0) for i in range(3)]
-    out = sorted(sequences(target, records, batch_tokens=12), key=lambda s: len(s.tokens))
+    out = with_layers(target, ids_only(records), (), batch_tokens=12)
     assert [s.tokens.tolist() for s in out] == [r.prompt + r.response for r in records]
     assert [s.prompt_length for s in out] == [2, 3, 4]
     assert all(s.features.shape == (len(s.tokens), target.config.hidden_size) and s.features.dtype == torch.float16 for s in out)
@@ -88,9 +88,9 @@ def test_fused_features_are_the_layers_outputs_side_by_side_in_the_given_order()
     unpadded, on a 3-layer target whose last layer is not among them: the targets stay the last layer's."""
     target = tiny_llama(seed=4, vocab_size=256, layers=3, fast=False)
     records = [Record(i, [7, 1, 2, 3, 4][: 5 - 2 * i], [5, 6, 255], True, "f", 0.0) for i in range(3)]  # longest first
-    plain = list(sequences(target, records))
-    fused = with_layers(target, plain[::-1], (0, 1), batch_tokens=12)
-    assert [s.tokens.tolist() for s in fused] == [s.tokens.tolist() for s in plain[::-1]]  # the order given
+    plain = with_layers(target, ids_only(records), ())
+    fused = with_layers(target, plain, (0, 1), batch_tokens=12)
+    assert [s.tokens.tolist() for s in fused] == [r.prompt + r.response for r in records]  # the order given, not by length
     for s in fused:
         own = layer_outputs(target, s.tokens.tolist())
         torch.testing.assert_close(s.features.float(), torch.cat([own[0], own[1]], dim=-1), rtol=2e-3, atol=2e-3)  # float16
