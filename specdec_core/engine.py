@@ -149,7 +149,8 @@ def speculative(
     run.feature_sink = getattr(drafter, "observe_features", None)
     if run.feature_sink is not None:
         run.feature_layers = drafter.feature_layers
-    schedule = make_schedule(draft_config, cost_curve(target))  # the curve: measured at load (tuning.py)
+    # The curve: measured at load (tuning.py).
+    schedule = make_schedule(draft_config, cost_curve(target), getattr(drafter, "gates_itself", False))
     # The target reads the prompt alone and gives the first token, as in plain decoding; then the
     # drafter may start from the target's cache instead of reading the prompt again.
     first = run.record(run.plain_step())

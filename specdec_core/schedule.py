@@ -57,9 +57,12 @@ class AdaptiveDraftLength:
     FIRST_PROBE_WAIT = 4
     LONGEST_PROBE_WAIT = 64
 
-    def __init__(self, start: int, longest: int, verify_costs: CostCurve | None = None) -> None:
-        self.k = start
+    def __init__(self, start: int, longest: int, verify_costs: CostCurve | None = None, shortest: int = 0) -> None:
+        """shortest: 1 for a drafter that turns its own costly part off (gates_itself): k = 0 would also
+        stop it consulting what is free."""
+        self.k = max(start, shortest)
         self.longest = longest
+        self.shortest = shortest
         self._curve = verify_costs
         self._single_pass_seconds: float | None = None  # T(1) of this run, from passes of any width via the curve
         self._judged = 0.0  # draft tokens the target ruled on: the accepted ones plus the first rejected
@@ -91,7 +94,8 @@ class AdaptiveDraftLength:
             self._learn_target_cost(1, step.seconds)
             return
         self._learn_target_cost(step.drafted_count + 1, step.verify_seconds)
-        if step.drafted_count == 0:
+        # With a self-gating drafter, k sizes the part that makes draft passes: steps without it say nothing of it.
+        if step.drafted_count == 0 or (self.shortest and step.draft_passes == 0):
             return
         probing = self.k == 0
         self._judged = self.DECAY * self._judged + step.accepted_count + (step.rejected_token is not None)
@@ -114,14 +118,14 @@ class AdaptiveDraftLength:
             seconds = k * self._draft_pass_seconds + self._target_seconds(k + 1)
             return expected_tokens_per_step(self.acceptance_rate, k) / seconds
 
-        rates = [tokens_per_second(k) for k in range(self.longest + 1)]
-        best = max(rates)
+        rates = {k: tokens_per_second(k) for k in range(self.shortest, self.longest + 1)}
+        best = max(rates.values())
         # Draft only for a clear expected gain: with a near 0 the rates differ by timing noise alone.
-        if best <= self.MIN_GAIN * rates[0]:
+        if self.shortest == 0 and best <= self.MIN_GAIN * rates[0]:
             return 0
         # Of the k within noise of the best, the shortest: rejections come in clusters (near-ties),
         # not at the geometric model's even rate, so a long draft risks more than it expects to win.
-        return next(k for k, rate in enumerate(rates) if rate * self.MIN_GAIN >= best)
+        return next(k for k, rate in rates.items() if rate * self.MIN_GAIN >= best)
 
     def _target_seconds(self, tokens: int) -> float:
         if self._curve is not None:
@@ -137,7 +141,10 @@ class AdaptiveDraftLength:
         return new if old is None else self.DECAY * old + (1 - self.DECAY) * new
 
 
-def make_schedule(config: DraftConfig, verify_costs: CostCurve | None = None) -> DraftLength:
+def make_schedule(config: DraftConfig, verify_costs: CostCurve | None = None, gates_itself: bool = False) -> DraftLength:
+    """gates_itself: the drafter decides per step whether its costly part runs (the hybrid's head), so
+    the adaptive k sizes that part and never turns drafting off."""
     if config.adaptive:
-        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), verify_costs=verify_costs)
+        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), verify_costs=verify_costs,
+                                   shortest=1 if gates_itself else 0)
     return FixedDraftLength(config.k)

@@ -45,6 +45,10 @@ HEAD_DECAY = 0.9
 
 
 class HybridDrafter:
+    # It turns the head off itself (_head_pays) and the lookup is free, so an adaptive k only sizes the
+    # head's tree and never stops drafting (schedule.make_schedule): on translation a k of 0 kept the
+    # lookup from ever being consulted, and the hybrid fell below the lookup alone (issue 16).
+    gates_itself = True
     LONGEST_LOOKUP = ADAPTIVE_LONGEST  # as the adaptive k's longest
     PROBE_EVERY = 8  # steps without the head before it is tried again
 

@@ -1,5 +1,7 @@
 """The adaptive draft length, and the closed-form expectations it relies on."""
 
+from dataclasses import replace
+
 import pytest
 
 from specdec_core import expected_speedup, expected_tokens_per_step
@@ -71,3 +73,19 @@ def test_adaptive_reads_the_machines_verification_cost_curve():
     k_flat = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=flat), 0.004)
     k_steep = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=steep), 0.004)
     assert k_steep < k_flat
+
+
+def test_a_self_gating_drafters_k_never_reaches_zero_and_ignores_steps_without_draft_passes():
+    """The hybrid turns its head off itself and its lookup is free: the adaptive k only sizes the head."""
+    schedule = AdaptiveDraftLength(start=4, longest=8, shortest=1)
+    schedule.update(spec_step(4, 0, 0.1, 0.06))  # prefill
+    lengths = []
+    for _ in range(20):
+        k = schedule.next()
+        lengths.append(k)
+        schedule.update(spec_step(k, 0, draft_seconds=0.03 * k, verify_seconds=0.06))
+    assert min(lengths) == 1 and lengths[-1] == 1  # as short as allowed, never off
+    lookup_only = replace(spec_step(8, 8, draft_seconds=0.0, verify_seconds=0.06), draft_passes=0)
+    for _ in range(10):
+        schedule.update(lookup_only)  # the lookup's guesses all accepted: says nothing about the head
+    assert schedule.next() == 1

@@ -7,6 +7,7 @@ from transformers import DynamicCache
 import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict, verify
+from specdec_core.events import PlainStep
 from specdec_core.drafters.base import Draft
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.hybrid import HybridDrafter
@@ -294,3 +295,14 @@ def test_tree_distribution_test_catches_a_broken_rule(small_target, small_head, 
     marginals = exact_marginals(small_target, [1, 2, 3], SAMPLING, 4)[1:]
     counts = tree_sample_counts(small_target, small_head, runs=1500)
     assert min(assert_matches(o, e) for o, e in zip(counts, marginals)) < 1e-6
+
+
+def test_an_adaptive_k_never_stops_the_hybrid_consulting_its_lookup(target, head):
+    # Head passes as dear as two target passes, on sampled text: the adaptive k of a plain drafter would
+    # turn drafting off (plain steps); the hybrid rests its head itself and keeps drafting with the lookup.
+    config = GenerationConfig(max_new_tokens=60, sampling=SamplingConfig(temperature=1.0, seed=4))
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17), head_pass_cost=2.0)
+    events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=3, adaptive=True)))
+    steps = [e for e in events if isinstance(e, (SpecStep, PlainStep))][1:]  # after the prefill step
+    assert all(isinstance(e, SpecStep) for e in steps[:-1])  # the last may be plain: one token of budget left
+    assert any(e.draft_passes == 0 and e.drafted_count for e in steps)  # the lookup alone, the head rested
