@@ -165,7 +165,9 @@ def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers:
     mask = (torch.arange(width)[None, :] < torch.tensor([len(s) for s in sequences])[:, None]).long()
     selected = hidden_state_indices(model, layers)
     out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
-    hidden = torch.cat([out.hidden_states[i] for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
+    # float32 for the concatenation: under bfloat16 autocast (training) the layers' outputs are bfloat16 and the
+    # embedding's float32, a mix CPU autocast's cat refuses.
+    hidden = torch.cat([out.hidden_states[i].float() for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
     return [hidden[row, : len(s)].to(torch.float16).clone() for row, s in enumerate(sequences)]
 
 

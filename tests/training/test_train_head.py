@@ -14,7 +14,7 @@ from specdec_core.sampling import Sampler
 from tests.conftest import tiny_llama
 from training.corpus_features import with_layers
 from training.draft_data import Sequence, build_prompts
-from training.train_head import main, tiny_target, unrolled_pass
+from training.train_head import Settings, loss_terms, main, new_head, tiny_target, training_dtype, unrolled_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,3 +91,29 @@ def test_a_feature_layout_no_head_could_load_is_refused_before_training(tmp_path
         with pytest.raises(ModelLoadError, match="feature layout"):
             main(["--smoke", "--feature-layers", layers, "--out", str(tmp_path / "head")])
     assert not (tmp_path / "head").exists()
+
+
+def test_training_runs_in_bfloat16_only_where_the_cpu_computes_it_natively(cpu_path):
+    native_bf16 = cpu_path == "native" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    cpu = torch.device("cpu")
+    assert training_dtype(Settings(), cpu) == (torch.bfloat16 if native_bf16 else torch.float32)
+    assert training_dtype(Settings(precision="float32"), cpu) == torch.float32
+    with pytest.raises(SystemExit, match="precision"):
+        training_dtype(Settings(precision="float16"), cpu)
+
+
+def test_a_training_step_under_bfloat16_autocast_gives_nearly_the_float32_loss():
+    """bfloat16 autocast (training_dtype's choice where the CPU has it) changes the rounding, not the
+    objective: the features made and one batch's loss under it stay within 2% of float32's."""
+    target = tiny_target()
+    rng = torch.Generator().manual_seed(1)
+    data = [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(6)]
+    settings = Settings(draft_vocab=128)
+    exact_data = with_layers(target, data, ())
+    head = new_head(target, "tiny", exact_data, settings, {255})
+    with torch.no_grad():
+        exact, _ = loss_terms(head, exact_data, settings)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            rounded, _ = loss_terms(head, with_layers(target, data, ()), settings)
+    assert float(rounded) != float(exact)  # bfloat16 was used
+    assert abs(float(rounded) - float(exact)) <= 0.02 * float(exact)
