@@ -157,18 +157,19 @@ def length_batches(sequences: list[Sequence], batch_tokens: int) -> list[list[in
     return batches + [current] if current else batches
 
 
-def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers: tuple[int, ...] = (-1,)) -> list[torch.Tensor]:
+def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers: tuple[int, ...] = (-1,),
+                  dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """The outputs of the numbered layers (from 0, ascending and distinct; -1 the last, before the final
-    norm), side by side, per sequence: [T, len(layers) * H] float16."""
+    norm), side by side, per sequence: [T, len(layers) * H] float16. dtype: the forward's precision
+    (bfloat16 runs it under autocast, as training does where the CPU has bfloat16)."""
     width = max(len(s) for s in sequences)
     input_ids = torch.stack([torch.nn.functional.pad(s, (0, width - len(s))) for s in sequences])
     mask = (torch.arange(width)[None, :] < torch.tensor([len(s) for s in sequences])[:, None]).long()
     selected = hidden_state_indices(model, layers)
-    out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
-    # float32 for the concatenation: under bfloat16 autocast (training) the layers' outputs are bfloat16 and the
-    # embedding's float32, a mix CPU autocast's cat refuses.
-    hidden = torch.cat([out.hidden_states[i].float() for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
-    return [hidden[row, : len(s)].to(torch.float16).clone() for row, s in enumerate(sequences)]
+    with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
+    hidden = torch.cat([out.hidden_states[i].to(torch.float16) for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
+    return [hidden[row, : len(s)].clone() for row, s in enumerate(sequences)]
 
 
 def load_sequences(paths: list[Path]) -> list[Sequence]:

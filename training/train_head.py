@@ -32,7 +32,6 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from training.corpus_features import ids_only, with_layers
+from training.feature_store import stored_features
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from training.shards import read_job
 from specdec_core.cpu_kernels import onednn_supports
@@ -79,14 +79,15 @@ HELDOUT_EVERY = 50  # every 50th corpus prompt is held out (the learning curve's
 SCALE_SAMPLE = 256  # corpus sequences whose features set feature_scale
 
 
-def training_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tuple[list[Sequence], list[Sequence]]:
-    return corpus_data(settings, model) if settings.corpus else embedded_data(settings, model, tokenizer)
+def training_data(settings: Settings, model: PreTrainedModel, tokenizer, work: Path) -> tuple[list[Sequence], list[Sequence]]:
+    return corpus_data(settings, model, work) if settings.corpus else embedded_data(settings, model, tokenizer)
 
 
-def corpus_data(settings: Settings, model: PreTrainedModel) -> tuple[list[Sequence], list[Sequence]]:
-    """The corpus's answers, training ones as token ids only: their features are made a batch at a time
-    while training (three layers of 2M tokens and their prompts would not fit in memory). The cap takes
-    shards in their order, which the corpus plan shuffled, so a smaller set samples every kind of prompt."""
+def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
+    """The corpus's answers. The training ones' features are made once, at the step's precision, and read
+    from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
+    held-out ones' in float32, in memory. The cap takes shards in their order, which the corpus plan
+    shuffled, so a smaller set samples every kind of prompt (and its features are a new store)."""
     records = read_job(Path(settings.corpus) / "responses")
     if not records:
         raise SystemExit(f"{settings.corpus} holds no responses yet: run `python -m training.corpus` first.")
@@ -97,7 +98,10 @@ def corpus_data(settings: Settings, model: PreTrainedModel) -> tuple[list[Sequen
         elif not settings.corpus_tokens or tokens < settings.corpus_tokens:
             train_set.append(sequence)
             tokens += len(r.response)
-    return train_set, with_layers(model, heldout_set, layers_of(settings))
+    layers = layers_of(settings)
+    compute = functools.partial(with_layers, model, layers=layers, dtype=training_dtype(settings, model.device))
+    stored = stored_features(model, train_set, layers, work / "corpus-features", compute)
+    return stored, with_layers(model, heldout_set, layers_of(settings))
 
 
 
@@ -153,11 +157,6 @@ def training_dtype(settings: Settings, device: torch.device) -> torch.dtype:
         raise SystemExit(f"--precision is 'auto' or 'float32', not {settings.precision!r}")
     native = device.type == "cuda" or onednn_supports(torch.bfloat16)
     return torch.bfloat16 if native else torch.float32
-
-
-def with_features(target: PreTrainedModel, batch: list[Sequence], settings: Settings) -> list[Sequence]:
-    """The batch with the features the head reads, made now where it holds token ids only."""
-    return batch if batch[0].features is not None else with_layers(target, batch, layers_of(settings))
 
 
 def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
@@ -279,11 +278,10 @@ def train(
     settings: Settings,
     checkpoint: Path,
     max_minutes: float | None = None,
-    featurize: Callable[[list[Sequence]], list[Sequence]] = lambda batch: batch,
 ) -> list[dict]:
     """Trains in place, resuming from `checkpoint`; returns the learning curve. Stops early (after a
-    checkpoint) when max_minutes have passed; the next call goes on from there. featurize: gives a
-    batch its features where the data holds ids only (the corpus)."""
+    checkpoint) when max_minutes have passed; the next call goes on from there. Every sequence has
+    its features (the corpus's from feature_store.py); the step runs at training_dtype's precision."""
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
     steps_per_epoch = len(batches(train_set, settings.batch_tokens, random.Random(0)))
@@ -307,7 +305,7 @@ def train(
         epoch, index = divmod(state["step"], steps_per_epoch)
         order = batches(train_set, settings.batch_tokens, random.Random(settings.seed * 1000 + epoch))
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            batch = featurize(order[index])
+            batch = order[index]
             loss, _ = loss_terms(head, batch, settings)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -373,8 +371,8 @@ def _save_checkpoint(path: Path, head, optimizer, schedule, state, settings) -> 
 def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]) -> EagleHead:
     ids = draft_vocabulary(train_set, settings.draft_vocab, stops)
     head = EagleHead(target, HeadConfig.for_target(target, name, len(ids), layers_of(settings)), ids)
-    sample = train_set[: SCALE_SAMPLE if train_set[0].features is None else len(train_set)]
-    head.feature_scale.copy_(feature_scale(with_features(target, sample, settings)))
+    sample = train_set[:SCALE_SAMPLE] if settings.corpus else train_set
+    head.feature_scale.copy_(feature_scale(sample))
     target.requires_grad_(False)
     return head
 
@@ -385,21 +383,21 @@ def run_embedded(settings: Settings, out: Path, max_minutes: float | None) -> No
 
 
 def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name: str, out: Path, max_minutes: float | None,
-                   checkpoints: Path | None = None) -> list[dict]:
+                   work: Path | None = None) -> list[dict]:
     """The data, a new head (or its checkpoint, resumed), training, then the head and its learning curve in
     `out` once every step is done. Returns the curve so far."""
     check_layout(target, settings)
     torch.manual_seed(settings.seed)
-    train_set, heldout_set = training_data(settings, target, tokenizer)
+    work = work or cache_dir()  # the feature store and the checkpoints
+    train_set, heldout_set = training_data(settings, target, tokenizer, work)
     stops = set(stop_token_ids(tokenizer, target))
     head = new_head(target, name, train_set, settings, stops)
     cover = {n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4) for n in (4096, 8192, 12288, 16384, 24576)}
     print(f"{len(train_set)} training sequences, {sum(len(s.tokens) - s.prompt_length for s in train_set):,} response tokens; "
           f"held-out coverage of the draft vocabulary by size: {cover}")
     run_name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_")
-    checkpoint = (checkpoints or cache_dir() / "draft-train") / f"{run_name}.pt"
-    curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes,
-                  featurize=functools.partial(with_features, target, settings=settings))
+    checkpoint = work / "draft-train" / f"{run_name}.pt"
+    curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes)
     if curve and curve[-1]["step"] == _total_steps(train_set, settings):
         save_head(head, out)
         (out / CURVE_NAME).write_text(

@@ -78,7 +78,7 @@ def test_the_prompt_set_has_no_repeats(whole):
 
 
 def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompts(whole, tmp_path):
-    """train_head --corpus: ids in, features made batch by batch with the target that wrote the corpus."""
+    """train_head --corpus: ids in, the training features made once into the store, the held-out ones in memory."""
     from specdec_core.drafters.eagle import load_head
     from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
     from training.train_head import HELDOUT_EVERY, Settings, corpus_data, train_and_save
@@ -88,13 +88,14 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     target = tiny_chat_model(tokenizer)
     settings = Settings(draft_vocab=256, depth=2, epochs=3, batch_tokens=1024, lr=3e-3, evals_per_epoch=1,
                         feature_layers="0,1", corpus=str(out))
-    train_set, heldout_set = corpus_data(settings, target)
-    assert len(train_set) + len(heldout_set) == len(records) and all(s.features is None for s in train_set)
+    train_set, heldout_set = corpus_data(settings, target, tmp_path)
+    assert len(train_set) + len(heldout_set) == len(records)
+    assert train_set[0].features.shape[1] == 2 * target.config.hidden_size and list((tmp_path / "corpus-features").iterdir())
     assert len(heldout_set) == len([r for r in records if r.index % HELDOUT_EVERY == 0]) > 0
     assert heldout_set[0].features.shape[1] == 2 * target.config.hidden_size
-    capped, _ = corpus_data(Settings(corpus=str(out), corpus_tokens=40), target)
+    capped, _ = corpus_data(Settings(corpus=str(out), corpus_tokens=40), target, tmp_path)
     assert 0 < len(capped) < len(train_set)  # the learning curve's smaller sets
-    curve = train_and_save(settings, target, tokenizer, "tiny chat", tmp_path / "head", None, checkpoints=tmp_path)
+    curve = train_and_save(settings, target, tokenizer, "tiny chat", tmp_path / "head", None, work=tmp_path)
     assert curve[-1]["train_loss"] < curve[0]["train_loss"]
     assert load_head(tmp_path / "head", target).config.layers == (0, 1)
 

@@ -1,0 +1,104 @@
+"""The target's features for the corpus's training sequences, computed once and kept on disk.
+
+Made on the fly, the features cost a target forward per training step: on the 2-core CPU about as much
+as the head's own step, in every epoch of every run (the learning curve's data sizes, both feature
+layouts). Kept here they are made once per layout: a float16 file of [tokens, width] rows, each
+sequence's rows together, read through a memory map (three layers and the last of 2M answer tokens and
+their prompts are about 20 GB: more than the memory, less than the disk). The folder is named after a
+digest of the target, the layers and every token id, so a changed corpus or layout makes a new one;
+it is built in chunks of sequences and resumes after the last finished chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel
+
+from training.corpus_features import with_layers
+from training.draft_data import Sequence
+
+CHUNK_TOKENS = 65_536  # sequences written (and resumed) together: about a minute of the target's time on 2 cores
+ROWS = "features.f16"
+STATE = "state.json"
+
+
+def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], root: Path,
+                    compute: Callable[[list[Sequence]], list[Sequence]] | None = None) -> list[Sequence]:
+    """The same sequences with the features of `layers` (as with_layers makes them), read from the store
+    under root; the missing part is computed first (with `compute`, by default with_layers)."""
+    compute = compute or (lambda chunk: with_layers(model, chunk, layers))
+    hidden = model.config.hidden_size
+    width = hidden * (len(layers) + 1 if layers else 1)  # the layers side by side, then the last layer (targets)
+    if not data:
+        return []
+    folder = root / _digest(model, data, layers)
+    offsets = np.cumsum([0] + [len(s.tokens) for s in data])
+    rows, fresh = _rows(folder, int(offsets[-1]), width)
+    done = 0 if fresh else _done(folder)
+    chunks = _chunks(offsets)
+    with tqdm(total=len(chunks), initial=done, desc="target features to disk", unit="chunk") as progress:
+        for number, (first, last) in enumerate(chunks[done:], start=done):
+            for i, sequence in enumerate(compute(data[first:last]), start=first):
+                stacked = sequence.features if not layers else torch.cat([sequence.features, sequence.last_layer], dim=-1)
+                rows[offsets[i] : offsets[i + 1]] = stacked.to(torch.float16).numpy()
+            rows.flush()
+            _write_state(folder, number + 1)
+            progress.update(1)
+    return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data)]
+
+
+def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Sequence:
+    """The sequence with features read from the map when a batch uses them (nothing is loaded here)."""
+    stored = torch.from_numpy(rows)
+    if not fused:
+        return Sequence(sequence.tokens, sequence.prompt_length, stored)
+    return Sequence(sequence.tokens, sequence.prompt_length, stored[:, :-hidden], stored[:, -hidden:])
+
+
+def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...]) -> str:
+    config = model.config  # (a forward may add attributes to the config: only what names the model counts)
+    shape = [type(model).__name__, config.num_hidden_layers, config.hidden_size, config.vocab_size, list(layers)]
+    digest = hashlib.sha256(json.dumps(shape).encode())
+    parameters = list(model.parameters())
+    for parameter in (parameters[0], parameters[1], parameters[-1]):  # a sample of the weights: which checkpoint
+        digest.update(parameter.detach().float().flatten()[:4096].cpu().numpy().tobytes())
+    for s in data:
+        digest.update(s.tokens.numpy().astype(np.int64).tobytes() + int(s.prompt_length).to_bytes(4, "little"))
+    return digest.hexdigest()[:20]
+
+
+def _rows(folder: Path, count: int, width: int) -> tuple[np.memmap, bool]:
+    """The store's rows, and whether the file was made anew (then no chunk of it is done)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ROWS
+    fresh = not (path.is_file() and path.stat().st_size == count * width * 2)
+    return np.memmap(path, dtype=np.float16, mode="w+" if fresh else "r+", shape=(count, width)), fresh
+
+
+def _chunks(offsets: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive runs of sequences of about CHUNK_TOKENS tokens: (first, end) indices."""
+    chunks, first = [], 0
+    for i in range(1, len(offsets)):
+        if offsets[i] - offsets[first] >= CHUNK_TOKENS or i == len(offsets) - 1:
+            chunks.append((first, i))
+            first = i
+    return chunks
+
+
+def _done(folder: Path) -> int:
+    path = folder / STATE
+    return json.loads(path.read_text())["chunks_done"] if path.is_file() else 0
+
+
+def _write_state(folder: Path, chunks_done: int) -> None:
+    temporary = folder / (STATE + ".tmp")
+    temporary.write_text(json.dumps({"chunks_done": chunks_done}) + "\n")
+    os.replace(temporary, folder / STATE)
