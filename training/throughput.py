@@ -2,7 +2,7 @@
 length bucketing and cache.
 
     python -m training.throughput                                  # the default grid, a couple of minutes
-    python -m training.throughput --batch-sizes 16 32 --threads 1 2 --static
+    python -m training.throughput --batch-sizes 16 32 --threads 1 2 --static --dtype float32
 
 Every trial answers the same prompts (a seeded sample of draft_data's training prompts) greedily
 and counts only real response tokens (cut at the first stop token), not padding. On a machine
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from specdec_core import EMBEDDED_ID, load_model, stop_token_ids
+from training.corpus import embedded_target
 from training.draft_data import build_prompts
 from training.generation import Sampling, encode_chat, generate
 
@@ -64,17 +64,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--static", action="store_true", help="also try cache_implementation='static'")
     parser.add_argument("--unbucketed", action="store_true", help="also try prompts in random order")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="as training.corpus --dtype")
     args = parser.parse_args(argv)
-    loaded = load_model(EMBEDDED_ID, for_generate=True)
-    stops = sorted(stop_token_ids(loaded.tokenizer, loaded.model))
+    target = embedded_target(args.dtype)
+    print(f"the target writes in {target.model.dtype}", flush=True)
     texts = build_prompts("train")
     random.Random(0).shuffle(texts)
-    prompts = [encode_chat(loaded.tokenizer, [{"role": "user", "content": p.text}]) for p in texts[: args.prompts]]
+    prompts = [encode_chat(target.tokenizer, [{"role": "user", "content": p.text}]) for p in texts[: args.prompts]]
     caches = [None, "static"] if args.static else [None]
     orders = [True, False] if args.unbucketed else [True]
     results = []
     for batch, threads, bucketed, cache in itertools.product(args.batch_sizes, args.threads, orders, caches):
-        m = measure(loaded.model, prompts, stops, Trial(batch, threads, bucketed, cache), args.max_new_tokens)
+        m = measure(target.model, prompts, target.stops, Trial(batch, threads, bucketed, cache), args.max_new_tokens)
         results.append({**asdict(m.trial), "tokens": m.tokens, "seconds": round(m.seconds, 2), "tokens_per_second": round(m.tokens_per_second, 1)})
         print(json.dumps(results[-1]), flush=True)
 
