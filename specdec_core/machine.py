@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 import transformers
 
-from .cpu_kernels import avx2_forced
+from .cpu_kernels import avx2_forced, onednn_supports
 
 # The flags that change which kernel is fastest here: AVX2 (fbgemm int8, MKL), AVX-512 (oneDNN
 # float32 blocking), AVX-512 BF16 and AMX (oneDNN bfloat16).
@@ -67,6 +67,13 @@ def this_machine() -> Machine:
         avx2_forced=avx2_forced(),
         kernel_isa=torch.backends.cpu.get_cpu_capability(),
     )
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX), on the kernel path in use:
+    oneDNN also runs bfloat16 on plain AVX-512 by conversion, no faster than float32. What writing the
+    corpus and training in bfloat16 need to pay (on the AVX2 path, forced or real, it is False)."""
+    return onednn_supports(torch.bfloat16) and bool({"avx512_bf16", "amx_bf16"} & _cpuinfo()[1])
 
 
 @functools.cache

@@ -39,7 +39,7 @@ class FixedDraftLength:
 
 
 class AdaptiveDraftLength:
-    """Chooses k in 0..longest to maximise expected tokens per second.
+    """Chooses k in shortest..longest (shortest 0 or 1) to maximise expected tokens per second.
 
     expected tokens(a, k) = (1 - a^(k+1)) / (1 - a)  (Leviathan et al. 2022)
     expected seconds(k)   = k * draft pass time + target pass time over k + 1 tokens

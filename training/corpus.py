@@ -18,7 +18,8 @@ removal; nothing overlapping an evaluation prompt is kept (training/eval_overlap
 says how many of each kind were kept, what was dropped and why, and how varied the set is.
 The prompt set is made once per --out; --target-tokens may grow on a rerun, and --batch-size only
 shapes jobs not yet started. The device is CUDA when there is one (load_model's choice), so a GPU
-runs the same command; on a CPU with native bfloat16 the target writes in bfloat16 (--dtype, embedded_target).
+runs the same command; on a CPU with native bfloat16 the target writes in bfloat16 (--dtype, generation_dtype),
+so which dtype wrote a shard depends on the machine (job.json keeps the batch plan, not the dtype).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specdec_core import EMBEDDED_ID, load_model, stop_token_ids
-from specdec_core.cpu_kernels import onednn_supports
+from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.model_draft import reduced_copy
 from specdec_core.sources import cache_dir
 from training import diversity
@@ -312,14 +313,14 @@ def embedded_target(dtype: str = "auto") -> Target:
 
 
 def generation_dtype(choice: str, model: PreTrainedModel) -> torch.dtype:
-    """"float32", "bfloat16", or "auto": bfloat16 where the CPU computes it natively (oneDNN's AVX-512 BF16
-    path: 2.4x the tokens/s of float32 at batch 48 on the 2-core AMD EPYC, 280 against 118), the model's
-    own dtype elsewhere (float32 on a CPU, CUDA's default on a GPU). The text stays the target's own: the
-    float32 target's argmax agreed with 98% of the bfloat16 copy's greedy tokens (32 prompts, 2,792
-    positions), and training reads its features and soft targets from the float32 target over these ids."""
+    """"float32", "bfloat16", or "auto": bfloat16 where the CPU multiplies it in hardware (machine.native_bfloat16:
+    2.4x the tokens/s of float32 at batch 48 on the 2-core AMD EPYC with AVX-512 BF16, 280 against 118), the
+    model's own dtype elsewhere (float32 on a CPU, CUDA's default on a GPU). The text stays the target's own:
+    the float32 target's argmax agreed with 98% of the bfloat16 copy's greedy tokens (32 prompts, 2,792
+    positions)."""
     if choice != "auto":
         return {"float32": torch.float32, "bfloat16": torch.bfloat16}[choice]
-    if model.device.type == "cpu" and onednn_supports(torch.bfloat16):
+    if model.device.type == "cpu" and native_bfloat16():
         return torch.bfloat16
     return model.dtype
 
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
     parser.add_argument("--max-shards", type=int, default=None, help="stop after writing this many new shards")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the cores other work leaves free)")
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                        help="the target's dtype while it writes (auto: bfloat16 where this CPU has native bfloat16)")
+                        help="the target's dtype while it writes (auto: bfloat16 where this CPU multiplies it in hardware)")
     parser.add_argument("--smoke", action="store_true", help="tiny random target and a tiny recipe (tests)")
     args = parser.parse_args(argv)
     base = Recipe.smoke() if args.smoke else Recipe()

@@ -5,8 +5,9 @@ as the head's own step, in every epoch of every run (the learning curve's data s
 layouts). Kept here they are made once per layout: a float16 file of [tokens, width] rows, each
 sequence's rows together, read through a memory map (three layers and the last of 2M answer tokens and
 their prompts are about 20 GB: more than the memory, less than the disk). The folder is named after a
-digest of the target, the layers and every token id, so a changed corpus or layout makes a new one;
-it is built in chunks of sequences and resumes after the last finished chunk.
+digest of the target, the layers, the forward's precision and every token id, so a changed corpus, layout
+or precision makes a new one; it is built in chunks of sequences and resumes after the last sequence of
+the last finished chunk.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,27 +31,25 @@ STATE = "state.json"
 
 
 def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], root: Path,
-                    compute: Callable[[list[Sequence]], list[Sequence]] | None = None) -> list[Sequence]:
-    """The same sequences with the features of `layers` (as with_layers makes them), read from the store
-    under root; the missing part is computed first (with `compute`, by default with_layers)."""
-    compute = compute or (lambda chunk: with_layers(model, chunk, layers))
+                    dtype: torch.dtype = torch.float32) -> list[Sequence]:
+    """The same sequences with the features of `layers` as with_layers makes them with a forward at `dtype`'s
+    precision, read from the store under root; the missing part is made first."""
     hidden = model.config.hidden_size
     width = hidden * (len(layers) + 1 if layers else 1)  # the layers side by side, then the last layer (targets)
     if not data:
         return []
-    folder = root / _digest(model, data, layers)
+    folder = root / _digest(model, data, layers, dtype)
     offsets = np.cumsum([0] + [len(s.tokens) for s in data])
     rows, fresh = _rows(folder, int(offsets[-1]), width)
-    done = 0 if fresh else _done(folder)
-    chunks = _chunks(offsets)
-    with tqdm(total=len(chunks), initial=done, desc="target features to disk", unit="chunk") as progress:
-        for number, (first, last) in enumerate(chunks[done:], start=done):
-            for i, sequence in enumerate(compute(data[first:last]), start=first):
+    done = 0 if fresh else _done(folder)  # sequences
+    with tqdm(total=len(data), initial=done, desc="target features to disk", unit="sequence") as progress:
+        for first, last in _chunks(offsets, done):
+            for i, sequence in enumerate(with_layers(model, data[first:last], layers, dtype=dtype), start=first):
                 stacked = sequence.features if not layers else torch.cat([sequence.features, sequence.last_layer], dim=-1)
                 rows[offsets[i] : offsets[i + 1]] = stacked.to(torch.float16).numpy()
             rows.flush()
-            _write_state(folder, number + 1)
-            progress.update(1)
+            _write_state(folder, last)
+            progress.update(last - first)
     return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data)]
 
 
@@ -63,9 +61,9 @@ def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Seq
     return Sequence(sequence.tokens, sequence.prompt_length, stored[:, :-hidden], stored[:, -hidden:])
 
 
-def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...]) -> str:
+def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], dtype: torch.dtype) -> str:
     config = model.config  # (a forward may add attributes to the config: only what names the model counts)
-    shape = [type(model).__name__, config.num_hidden_layers, config.hidden_size, config.vocab_size, list(layers)]
+    shape = [type(model).__name__, config.num_hidden_layers, config.hidden_size, config.vocab_size, list(layers), str(dtype)]
     digest = hashlib.sha256(json.dumps(shape).encode())
     parameters = list(model.parameters())
     for parameter in (parameters[0], parameters[1], parameters[-1]):  # a sample of the weights: which checkpoint
@@ -83,10 +81,10 @@ def _rows(folder: Path, count: int, width: int) -> tuple[np.memmap, bool]:
     return np.memmap(path, dtype=np.float16, mode="w+" if fresh else "r+", shape=(count, width)), fresh
 
 
-def _chunks(offsets: np.ndarray) -> list[tuple[int, int]]:
-    """Consecutive runs of sequences of about CHUNK_TOKENS tokens: (first, end) indices."""
-    chunks, first = [], 0
-    for i in range(1, len(offsets)):
+def _chunks(offsets: np.ndarray, first: int) -> list[tuple[int, int]]:
+    """Consecutive runs of about CHUNK_TOKENS tokens of the sequences from `first` on: (first, end) indices."""
+    chunks = []
+    for i in range(first + 1, len(offsets)):
         if offsets[i] - offsets[first] >= CHUNK_TOKENS or i == len(offsets) - 1:
             chunks.append((first, i))
             first = i
@@ -95,10 +93,10 @@ def _chunks(offsets: np.ndarray) -> list[tuple[int, int]]:
 
 def _done(folder: Path) -> int:
     path = folder / STATE
-    return json.loads(path.read_text())["chunks_done"] if path.is_file() else 0
+    return json.loads(path.read_text())["sequences_done"] if path.is_file() else 0
 
 
-def _write_state(folder: Path, chunks_done: int) -> None:
+def _write_state(folder: Path, sequences_done: int) -> None:
     temporary = folder / (STATE + ".tmp")
-    temporary.write_text(json.dumps({"chunks_done": chunks_done}) + "\n")
+    temporary.write_text(json.dumps({"sequences_done": sequences_done}) + "\n")
     os.replace(temporary, folder / STATE)

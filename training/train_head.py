@@ -26,7 +26,7 @@ position against training tokens) is written beside the head as learning_curve.j
 from __future__ import annotations
 
 import argparse
-import functools
+import itertools
 import json
 import math
 import random
@@ -44,7 +44,7 @@ from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from training.shards import read_job
-from specdec_core.cpu_kernels import onednn_supports
+from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.models import load_model
 from specdec_core.sources import EMBEDDED_ID, cache_dir
@@ -68,7 +68,7 @@ class Settings:
     feature_layers: str = ""  # the target layers a fused (EAGLE-3) head reads, "2,15,27"; "" = the last (EAGLE-1)
     corpus: str = ""  # a folder of training/corpus.py to train on instead of the templates' answers
     corpus_tokens: int = 0  # only the corpus's first N response tokens (0: all): the learning curve by data size
-    precision: str = "auto"  # "auto": bfloat16 autocast where the CPU computes it natively (training_dtype); "float32"
+    precision: str = "auto"  # "auto": bfloat16 autocast where the hardware multiplies bfloat16 (training_dtype); "float32"
     seed: int = 0
     evals_per_epoch: int = 4
 
@@ -86,22 +86,20 @@ def training_data(settings: Settings, model: PreTrainedModel, tokenizer, work: P
 def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
     """The corpus's answers. The training ones' features are made once, at the step's precision, and read
     from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
-    held-out ones' in float32, in memory. The cap takes shards in their order, which the corpus plan
-    shuffled, so a smaller set samples every kind of prompt (and its features are a new store)."""
+    held-out ones' by a float32 forward, in memory. The store holds every training sequence; the cap takes
+    the first of them, in the shard order the corpus plan shuffled, so a smaller set samples every kind of
+    prompt and the learning curve's runs share one store."""
     records = read_job(Path(settings.corpus) / "responses")
     if not records:
         raise SystemExit(f"{settings.corpus} holds no responses yet: run `python -m training.corpus` first.")
-    train_set, heldout_set, tokens = [], [], 0
+    train_set, heldout_set = [], []
     for r, sequence in zip(records, ids_only(records)):
-        if r.index % HELDOUT_EVERY == 0:
-            heldout_set.append(sequence)
-        elif not settings.corpus_tokens or tokens < settings.corpus_tokens:
-            train_set.append(sequence)
-            tokens += len(r.response)
+        (heldout_set if r.index % HELDOUT_EVERY == 0 else train_set).append(sequence)
     layers = layers_of(settings)
-    compute = functools.partial(with_layers, model, layers=layers, dtype=training_dtype(settings, model.device))
-    stored = stored_features(model, train_set, layers, work / "corpus-features", compute)
-    return stored, with_layers(model, heldout_set, layers_of(settings))
+    stored = stored_features(model, train_set, layers, work / "corpus-features", training_dtype(settings, model.device))
+    answers = itertools.accumulate(len(s.tokens) - s.prompt_length for s in stored)
+    kept = len(stored) if not settings.corpus_tokens else next((n for n, total in enumerate(answers, 1) if total >= settings.corpus_tokens), len(stored))
+    return stored[:kept], with_layers(model, heldout_set, layers)
 
 
 
@@ -148,14 +146,15 @@ def check_layout(target: PreTrainedModel, settings: Settings) -> None:
 
 
 def training_dtype(settings: Settings, device: torch.device) -> torch.dtype:
-    """The dtype of the step's matrix products: bfloat16 (torch.autocast; the weights, the optimizer and the
-    held-out measurement stay float32) on a GPU or where oneDNN computes it natively. On the AVX-512 BF16
-    EPYC it halves a 2,048-token step: the head's part 3.2 -> 1.7 s, the target's features 3.6 -> 1.8 s."""
+    """The dtype of the step's matrix products and of the stored training features: bfloat16 (torch.autocast;
+    the weights, the optimizer, the softmaxes and the held-out measurement stay float32) on a GPU that has it
+    or a CPU that multiplies it in hardware. On the AVX-512 BF16 EPYC it halves a 2,048-token step: the head's
+    part 3.2 -> 1.7 s, the target's features 3.6 -> 1.8 s."""
     if settings.precision == "float32":
         return torch.float32
     if settings.precision != "auto":
         raise SystemExit(f"--precision is 'auto' or 'float32', not {settings.precision!r}")
-    native = device.type == "cuda" or onednn_supports(torch.bfloat16)
+    native = torch.cuda.is_bf16_supported() if device.type == "cuda" else native_bfloat16()
     return torch.bfloat16 if native else torch.float32
 
 
@@ -234,14 +233,15 @@ def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tu
     with torch.no_grad():
         # The target's distribution, cut to its TARGET_TOP most likely tokens: they carry nearly all
         # the mass, and the full [M, N] product would cost a quarter of the step on a CPU.
-        target_top, target_ids = head.target_logits(real_next).softmax(-1).topk(TARGET_TOP, dim=-1)  # [M, TARGET_TOP]
+        # float32 softmaxes: CPU autocast would leave them in bfloat16.
+        target_top, target_ids = head.target_logits(real_next).float().softmax(-1).topk(TARGET_TOP, dim=-1)  # [M, TARGET_TOP]
         target_choice = target_ids[:, 0]
     total = torch.zeros(())
     agreement = []
     for predicted in unrolled_pass(head, tokens, features, settings.depth):
         chosen = predicted[mask]  # [M, H]
         logits = head.logits(chosen)  # [M, N]
-        ce = -(target_top * logits.log_softmax(-1).gather(1, target_ids)).sum(-1).mean()
+        ce = -(target_top * logits.float().log_softmax(-1).gather(1, target_ids)).sum(-1).mean()
         total = total + ce
         if head.fuse is None:  # EAGLE-1's output is a guess at the target's next (scaled) feature
             total = total + settings.feature_weight * F.smooth_l1_loss(chosen, real_next / head.feature_scale)
@@ -387,6 +387,7 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     """The data, a new head (or its checkpoint, resumed), training, then the head and its learning curve in
     `out` once every step is done. Returns the curve so far."""
     check_layout(target, settings)
+    training_dtype(settings, target.device)  # a bad --precision fails before any data is made
     torch.manual_seed(settings.seed)
     work = work or cache_dir()  # the feature store and the checkpoints
     train_set, heldout_set = training_data(settings, target, tokenizer, work)

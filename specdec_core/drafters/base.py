@@ -4,7 +4,8 @@ The interface follows transformers' candidate generators: propose candidates, th
 how many were accepted. A drafter belongs to one run (a model drafter holds that run's KV cache).
 A drafter that reads the target's hidden states (the EAGLE head) also has feature_layers (which
 layers' outputs, side by side) and observe_features(start, features [n, F]); the engine runs the
-target with those layers and calls it after every target pass.
+target with those layers and calls it after every target pass. A drafter with gates_itself True turns
+its costly part off by itself (the hybrid's head): an adaptive k then never goes below 1.
 """
 
 from __future__ import annotations

@@ -45,10 +45,6 @@ HEAD_DECAY = 0.9
 
 
 class HybridDrafter:
-    # It turns the head off itself (_head_pays) and the lookup is free, so an adaptive k only sizes the
-    # head's tree and never stops drafting (schedule.make_schedule): on translation a k of 0 kept the
-    # lookup from ever being consulted, and the hybrid fell below the lookup alone (issue 16).
-    gates_itself = True
     LONGEST_LOOKUP = ADAPTIVE_LONGEST  # as the adaptive k's longest
     PROBE_EVERY = 8  # steps without the head before it is tried again
 
@@ -72,6 +68,14 @@ class HybridDrafter:
         self._with = [4.0, 2.0]
         self._without = [2.0, 2.0]
         self._without_head = 0  # steps since the head last ran
+
+    @property
+    def gates_itself(self) -> bool:
+        """With a cost curve it turns the head off itself (_head_pays) and its lookup is free, so an adaptive k
+        only sizes the head's tree and never stops drafting (schedule.make_schedule): on translation a k of 0
+        kept the lookup from ever being consulted, and the hybrid fell below the lookup alone. Without a curve
+        the ledger cannot price the head, and the adaptive k decides as for any drafter."""
+        return self._curve is not None
 
     def begin(self, target: CachedModel) -> None:
         self.head.begin(target)

@@ -3,6 +3,7 @@ and resumed after interruptions without a shard redone; its prompt set shares no
 evaluation set."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -100,14 +101,23 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     assert load_head(tmp_path / "head", target).config.layers == (0, 1)
 
 
+def hardware_bfloat16(cpu_path: str) -> bool:
+    """Read here from /proc/cpuinfo, independently of the code under test; ATen's kernels at AVX2 on "native"
+    mean the process was started with SPECDEC_FORCE_AVX2=1 (every path capped)."""
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    capped = torch.backends.cpu.get_cpu_capability() == "AVX2"
+    return cpu_path == "native" and not capped and bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
 def test_the_generation_dtype_follows_the_cpus_kernels(cpu_path, target_model):
-    """bfloat16 only where oneDNN computes it natively: on the AVX2 path (forced here) float32."""
-    native_bf16 = cpu_path == "native" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    """bfloat16 only where the CPU multiplies it in hardware: on the AVX2 path (forced here) float32."""
+    native_bf16 = hardware_bfloat16(cpu_path)
     assert generation_dtype("auto", target_model) == (torch.bfloat16 if native_bf16 else torch.float32)
     assert generation_dtype("float32", target_model) == torch.float32
     assert generation_dtype("bfloat16", target_model) == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_the_bfloat16_target_writes_the_float32_targets_own_text():
     """The corpus's bfloat16 writer stays on-policy: the float32 target's argmax agrees with nearly
     every greedy token it writes (measured: 98% over 2,792 positions)."""

@@ -12,6 +12,7 @@ from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
 from tests.conftest import tiny_llama
+from tests.training.test_corpus import hardware_bfloat16
 from training.corpus_features import with_layers
 from training.draft_data import Sequence, build_prompts
 from training.train_head import Settings, loss_terms, main, new_head, tiny_target, training_dtype, unrolled_pass
@@ -94,7 +95,7 @@ def test_a_feature_layout_no_head_could_load_is_refused_before_training(tmp_path
 
 
 def test_training_runs_in_bfloat16_only_where_the_cpu_computes_it_natively(cpu_path):
-    native_bf16 = cpu_path == "native" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    native_bf16 = hardware_bfloat16(cpu_path)
     cpu = torch.device("cpu")
     assert training_dtype(Settings(), cpu) == (torch.bfloat16 if native_bf16 else torch.float32)
     assert training_dtype(Settings(precision="float32"), cpu) == torch.float32
@@ -104,7 +105,7 @@ def test_training_runs_in_bfloat16_only_where_the_cpu_computes_it_natively(cpu_p
 
 def test_a_training_step_under_bfloat16_autocast_gives_nearly_the_float32_loss():
     """bfloat16 autocast (training_dtype's choice where the CPU has it) changes the rounding, not the
-    objective: the features made and one batch's loss under it stay within 2% of float32's."""
+    objective: on a tiny random target, features made and one batch's loss under it stay within 2% of float32's."""
     target = tiny_target()
     rng = torch.Generator().manual_seed(1)
     data = [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(6)]

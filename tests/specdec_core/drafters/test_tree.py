@@ -298,8 +298,9 @@ def test_tree_distribution_test_catches_a_broken_rule(small_target, small_head, 
 
 
 def test_an_adaptive_k_never_stops_the_hybrid_consulting_its_lookup(target, head):
-    # Head passes as dear as two target passes, on sampled text: the adaptive k of a plain drafter would
-    # turn drafting off (plain steps); the hybrid rests its head itself and keeps drafting with the lookup.
+    # Sampled text, which the random head rarely predicts: an adaptive k fed its low acceptance would turn
+    # drafting off (plain steps). With a curve and head passes as dear as two target passes, the hybrid
+    # rests its head itself (its ledger) and keeps drafting with the lookup.
     config = GenerationConfig(max_new_tokens=60, sampling=SamplingConfig(temperature=1.0, seed=4))
     drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17), head_pass_cost=2.0)
     events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=3, adaptive=True)))
