@@ -19,8 +19,11 @@ at nice 19 still slows 2-thread passes by 10-25% through OpenMP barriers; pause 
 - our lean pass in the same conditions: ~47.6 ms/token (README); torch.compile of transformers'
   StaticCache forward (bench/compiled.py): ~30 ms, but no cache across processes.
 So the package loads fast and keeps the tokens, but this wrapper is not yet faster than the lean pass:
-the gap to torch.compile's 30 ms is still to be found (attention over a sliced dynamic-length cache,
-the in-place cache writes, the GEMM template tuned at the example size for dynamic n).
+the gap to torch.compile's 30 ms is still to be found. First suspect: the cache length L is dynamic here
+(attention over keys[:, :, :L]), where bench/compiled.py (gpt-fast's way) attends over the whole static
+cache with a mask, so every shape is static; then the in-place cache writes and, for dynamic n, the GEMM
+template tuned at the example width. (torch.compile of this module with dynamic=False recompiles at every
+new L: do not time it that way.)
 """
 
 from __future__ import annotations
