@@ -46,7 +46,7 @@ from training.dedupe import distinct
 from training.draft_data import TEMPERATURES, sample_prompts
 from training.eval_overlap import OverlapFilter
 from training.generation import encode_chat, free_cores
-from training.quality import TextLimits, defect
+from training.quality import TextLimits, clean_prefix, defect
 from training.self_prompts import TEMPERATURE, TOP_P, UserTurnRequest, first_turn_requests, pre_query, user_text
 from training.shards import Job, Record, Request, ShardBudget, Stopped, run
 from training.task_families import article_requests, load_seeds, passage_prompts, template_prompts
@@ -119,7 +119,10 @@ class Build:
     dropped: dict[str, Counter]
 
     def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None) -> Job:
-        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens)
+        """A stage's generation job. Stages with a quorum write prompts and passages, not answers: they
+        also stop looping rows, whose loops their filters cut."""
+        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens,
+                   stop_loops=quorum < 1)
 
     def rng(self, stage: str) -> random.Random:
         return random.Random(f"{self.recipe.seed}-{stage}")
@@ -160,17 +163,19 @@ def user_turns(build: Build) -> list[tuple[str, str]]:
 
 
 def passages(build: Build) -> list[tuple[str, str]]:
-    """(topic, article) written by the target, between the recipe's token bounds."""
-    recipe = build.recipe
+    """(topic, article) written by the target, between the recipe's token bounds: each article's
+    paragraphs up to its first defect (quality.clean_prefix), whether or not the target ended it."""
+    recipe, tokenizer = build.recipe, build.target.tokenizer
     wanted = math.ceil(recipe.count(recipe.passage_share) / 2)  # two prompts per passage
     requests = article_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("articles"))
-    encoded = [Request(tuple(encode_chat(build.target.tokenizer, [{"role": "user", "content": r.text}])), "article", ARTICLE_TEMPERATURE) for r in requests]
+    encoded = [Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": r.text}])), "article", ARTICLE_TEMPERATURE) for r in requests]
     records = _generate(build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum)
-    bounds = range(recipe.passage_min_tokens, recipe.passage_max_tokens + 1)
-    rejected = [_unfinished(r) or (None if len(r.response) - 1 in bounds else "length") for r in records]
     # The token bounds decide the length; the word limits only keep the quality checks from objecting.
     limits = TextLimits(min_words=1, max_words=2 * recipe.passage_max_tokens)
-    texts = [_answer(build, r) for r in records]
+    texts = [clean_prefix(_answer(build, r), limits) for r in records]
+    bounds = range(recipe.passage_min_tokens, recipe.passage_max_tokens + 1)
+    # An empty text (a defect in the first paragraph) is left to the screen, which names the defect.
+    rejected = [None if not text or len(tokenizer(text, add_special_tokens=False)["input_ids"]) in bounds else "length" for text in texts]
     kept = build.screen("articles", texts, limits, rejected)
     return [(requests[i].topic, texts[i]) for i in kept][:wanted]
 

@@ -41,6 +41,21 @@ def defect(text: str, limits: TextLimits = TextLimits()) -> str | None:
     return None
 
 
+def clean_prefix(text: str, limits: TextLimits = TextLimits()) -> str:
+    """The text's longest run of whole paragraphs from its start without a defect ("" when the first
+    has one). For passages, which need not be whole texts: the target's long sampled articles mostly
+    loop after a few hundred tokens (196 of 288 never ended), and the paragraphs before the loop are
+    good text (159 of those 196 kept 300 tokens or more)."""
+    paragraphs = text.split("\n\n")
+    kept = ""
+    for n in range(1, len(paragraphs) + 1):
+        candidate = "\n\n".join(paragraphs[:n])
+        if defect(candidate, limits):
+            break
+        kept = candidate
+    return kept
+
+
 def _loops(tokens: list[str], limits: TextLimits) -> bool:
     trigrams = ngrams(tokens, 3)
     if len(trigrams) >= 8 and len(set(trigrams)) < limits.min_distinct_trigrams * len(trigrams):

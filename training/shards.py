@@ -62,6 +62,9 @@ class Job:
     quorum: float = 1.0  # generation.Sampling.quorum
     seed: int = 0
     target_tokens: int | None = None  # stop once the shards hold this many response tokens
+    # generation.Sampling.stop_loops. Not in the fingerprint: it only cuts a looping row short, and the
+    # stages that use it cut loops from their texts anyway, so shards written with or without it mix.
+    stop_loops: bool = False
 
 
 class Stopped(Exception):
@@ -112,7 +115,7 @@ def run(model: PreTrainedModel, requests: list[Request], job: Job, stops: list[i
         else:
             budget.spend()
             torch.manual_seed(job.seed * 1_000_003 + zlib.crc32(job.name.encode()) + number)
-            sampling = Sampling(requests[batch[0]].temperature, job.top_p, job.max_new_tokens, job.quorum)
+            sampling = Sampling(requests[batch[0]].temperature, job.top_p, job.max_new_tokens, job.quorum, job.stop_loops)
             continuations = generate(model, [list(requests[i].prompt) for i in batch], sampling, stops)
             shard = [
                 Record(i, list(requests[i].prompt), c.ids, c.finished, requests[i].family, requests[i].temperature)

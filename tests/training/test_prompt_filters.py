@@ -10,7 +10,7 @@ import pytest
 from training.dedupe import distinct
 from training.draft_data import build_prompts
 from training.eval_overlap import OverlapFilter
-from training.quality import TextLimits, defect
+from training.quality import TextLimits, clean_prefix, defect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,6 +71,19 @@ def test_long_passages_pass_with_passage_limits():
     vocabulary = sorted(set(re.findall(r"[a-z]+", (ROOT / "assets" / "corpus_seeds.json").read_text())))
     article = " ".join(random.Random(0).choices(vocabulary, k=600))  # long, varied, no loop
     assert defect(article) == "too long" and defect(article, TextLimits(max_words=3000)) is None
+
+
+def test_a_passage_keeps_its_paragraphs_up_to_the_first_loop():
+    vocabulary = sorted(set(re.findall(r"[a-z]+", (ROOT / "assets" / "corpus_seeds.json").read_text())))
+    rng = random.Random(1)
+    paragraphs = [" ".join(rng.choices(vocabulary, k=60)) for _ in range(3)]
+    loop = "the river keeps flowing past the old mill and " * 6
+    limits = TextLimits(min_words=1, max_words=3000)
+    text = "\n\n".join([*paragraphs, loop, paragraphs[0]])
+    assert defect(text, limits) == "repetition"
+    assert clean_prefix(text, limits) == "\n\n".join(paragraphs)
+    assert clean_prefix("\n\n".join(paragraphs), limits) == "\n\n".join(paragraphs)  # a clean text stays whole
+    assert clean_prefix(loop + "\n\n" + paragraphs[0], limits) == ""
 
 
 def test_evaluation_prompts_are_caught_copied_wrapped_or_lightly_paraphrased(overlap):

@@ -74,6 +74,30 @@ def test_a_quorum_stops_the_batch_once_most_rows_have_ended(chat):
     assert max(len(c.ids) for c in cut) == sorted(len(c.ids) for c in whole)[1] < max(len(c.ids) for c in whole)  # stopped at the second row's end
 
 
+def test_a_looping_row_stops_where_its_loop_repeats_and_comes_back_unfinished():
+    model = tiny_llama(0, fast=False)  # greedy, a random model falls into short cycles
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+    whole = generate(model, prompts, Sampling(0.0, max_new_tokens=200), [31])
+    cut = generate(model, prompts, Sampling(0.0, max_new_tokens=200, stop_loops=True), [31])
+    window = 16
+    for full, short in zip(whole, cut):
+        assert not short.finished and short.ids == full.ids[: len(short.ids)] and len(short.ids) < len(full.ids)
+        def repeats(ids):
+            return sum(ids[i : i + window] == ids[-window:] for i in range(len(ids) - window + 1))
+        assert repeats(short.ids) == 3 and repeats(short.ids[:-1]) < 3  # stopped at the third sighting, not later
+
+
+def test_a_row_that_ended_is_not_taken_for_a_loop_while_the_others_go_on():
+    model = tiny_llama(0, fast=False)
+    prompts = [[1, 2, 3], [20, 21]]
+    free = generate(model, prompts, Sampling(0.0, max_new_tokens=120), [31])
+    stop = next(t for t in free[0].ids[:8] if t not in free[1].ids)  # ends row 0 early, never row 1
+    plain = generate(model, prompts, Sampling(0.0, max_new_tokens=120), [stop])
+    guarded = generate(model, prompts, Sampling(0.0, max_new_tokens=120, stop_loops=True), [stop])
+    assert plain[0].finished and guarded[0] == plain[0]  # padded with its stop token for 100+ steps
+    assert not guarded[1].finished and len(guarded[1].ids) < len(plain[1].ids)
+
+
 def test_features_are_recomputed_from_the_ids():
     target = tiny_target()
     records = [Record(i, [1, 2, 3, 4][: 2 + i], [5, 6, 255], True, "f", 0.0) for i in range(3)]
