@@ -163,7 +163,7 @@ def user_turns(build: Build) -> list[tuple[str, str]]:
 
 
 def passages(build: Build) -> list[tuple[str, str]]:
-    """(topic, article) written by the target, between the recipe's token bounds: each article's
+    """(topic, article) written by the target, between the recipe's token bounds: each article's whole
     paragraphs up to its first defect (quality.clean_prefix), whether or not the target ended it."""
     recipe, tokenizer = build.recipe, build.target.tokenizer
     wanted = math.ceil(recipe.count(recipe.passage_share) / 2)  # two prompts per passage
@@ -172,7 +172,7 @@ def passages(build: Build) -> list[tuple[str, str]]:
     records = _generate(build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum)
     # The token bounds decide the length; the word limits only keep the quality checks from objecting.
     limits = TextLimits(min_words=1, max_words=2 * recipe.passage_max_tokens)
-    texts = [clean_prefix(_answer(build, r), limits) for r in records]
+    texts = [clean_prefix(_whole_paragraphs(_answer(build, r), r.finished), limits) for r in records]
     bounds = range(recipe.passage_min_tokens, recipe.passage_max_tokens + 1)
     # An empty text (a defect in the first paragraph) is left to the screen, which names the defect.
     rejected = [None if not text or len(tokenizer(text, add_special_tokens=False)["input_ids"]) in bounds else "length" for text in texts]
@@ -226,6 +226,11 @@ def _unfinished(record: Record) -> str | None:
 def _opening_only(tokenizer: PreTrainedTokenizerBase, record: Record) -> str | None:
     """The target ended the turn right after the opening words: no request in it."""
     return None if len(words(tokenizer.decode(record.response, skip_special_tokens=True))) >= 2 else "opening only"
+
+
+def _whole_paragraphs(text: str, finished: bool) -> str:
+    """The text without its last paragraph when it was cut short (a loop or the batch's quorum): that one may end mid-sentence."""
+    return text if finished else text.rpartition("\n\n")[0]
 
 
 def _answer(build: Build, record: Record) -> str:
