@@ -1,4 +1,4 @@
-"""Batched generation of token ids with transformers' `generate`: the one place the corpus decodes.
+"""Batched generation of token ids: the one place the corpus decodes.
 
 Every stage of the corpus (user turns, articles, first answers, responses) is "continue these
 prompts", so they share this: left padding so every continuation starts at the same column, one
@@ -12,7 +12,8 @@ import os
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteria, StoppingCriteriaList
+from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.cache_utils import DynamicCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +25,7 @@ class Sampling:
     # the few longest rows, which keep every row computing, are cut (and come back unfinished):
     # for user turns and articles, never for answers, whose lengths the corpus must keep.
     quorum: float = 1.0
-    # Stop a row once it loops (_Loops): for user turns and articles, whose looping tails the quality
+    # Stop a row once it loops (_looping): for user turns and articles, whose looping tails the quality
     # filter cuts or drops anyway, never for answers, where a loop is the target's own behaviour.
     stop_loops: bool = False
 
@@ -49,77 +50,86 @@ def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str
 
 
 @torch.inference_mode()
-def generate(
-    model: PreTrainedModel,
-    prompts: list[list[int]],
-    sampling: Sampling,
-    stops: list[int],
-    cache_implementation: str | None = None,
-) -> list[Continuation]:
-    """The model's continuations of a batch of prompts (greedy at temperature 0)."""
-    pad = stops[0]
+def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int]) -> list[Continuation]:
+    """The model's continuations of a batch of prompts (greedy at temperature 0).
+
+    Written as a loop rather than with transformers' `generate` for one reason: `generate` keeps a
+    row that has ended in the batch, computing pads, until the last row ends, and a batch of answers
+    of 1-256 tokens spends much of its time on rows that have ended. Here a row leaves the batch when
+    it ends (DynamicCache.batch_select_indices). The forward, the cache, the position ids from the
+    padding mask and the sampling warpers are transformers' own; greedy rows are `generate`'s tokens
+    (tests/training/test_shards.py)."""
+    device, rows = model.device, len(prompts)
     width = max(len(ids) for ids in prompts)
-    device = model.device
-    input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompts], device=device)
+    step_ids = torch.tensor([[stops[0]] * (width - len(ids)) + ids for ids in prompts], device=device)
     mask = (torch.arange(width, device=device)[None, :] >= torch.tensor([width - len(ids) for ids in prompts], device=device)[:, None]).long()
-    if sampling.temperature:
-        # top_k=0 and top_p=1 skip the vocabulary sort: the full distribution, as served at that temperature.
-        mode = {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": sampling.top_p}
-    else:
-        mode = {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
-    loops = _Loops(width, len(prompts)) if sampling.stop_loops else None
-    criteria = StoppingCriteriaList([c for c in (loops, _Quorum(width, stops, sampling.quorum) if sampling.quorum < 1 else None) if c])
-    out = model.generate(
-        input_ids=input_ids, attention_mask=mask, max_new_tokens=sampling.max_new_tokens, eos_token_id=stops,
-        pad_token_id=pad, cache_implementation=cache_implementation, stopping_criteria=criteria, **mode,
-    )
-    # A row stopped for a loop is padded with stops[0] after it: cut there (unfinished). A row that ended
-    # is padded too, and its run of pads counts as a loop, but it is cut at its own stop token first.
-    ends = loops.ends if loops else [None] * len(prompts)
-    return [_cut(row[:end], set(stops)) for row, end in zip(out[:, width:].tolist(), ends)]
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    warpers = _warpers(sampling)
+    stop_ids = torch.tensor(stops, device=device)
+    generated = torch.full((rows, sampling.max_new_tokens), stops[0], dtype=torch.long, device=device)
+    lengths = torch.zeros(rows, dtype=torch.long, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    live = torch.arange(rows, device=device)  # the live rows' places in `prompts`
+    for step in range(sampling.max_new_tokens):
+        logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
+        tokens = _pick(logits[:, -1].float(), warpers)
+        generated[live, step], lengths[live] = tokens, step + 1
+        ended = torch.isin(tokens, stop_ids)
+        finished[live] = ended
+        leaving = ended | _looping(generated[live, : step + 1]) if sampling.stop_loops else ended
+        if rows - len(live) + int(leaving.sum()) >= sampling.quorum * rows:
+            break  # every row has left, or enough of them (a looping row counts as ended)
+        if leaving.any():
+            keep = (~leaving).nonzero().flatten()
+            cache.batch_select_indices(keep)
+            live, tokens, mask, positions = live[keep], tokens[keep], mask[keep], positions[keep]
+        step_ids, positions = tokens[:, None], positions[:, -1:] + 1
+        mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+    return [Continuation(generated[i, : lengths[i]].tolist(), bool(finished[i])) for i in range(rows)]
 
 
-class _Quorum(StoppingCriteria):
-    """Stops every row once `share` of the rows have produced a stop token."""
-
-    def __init__(self, width: int, stops: list[int], share: float) -> None:
-        self.width, self.stops, self.share = width, torch.tensor(stops), share
-
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        ended = torch.isin(input_ids[:, self.width :], self.stops.to(input_ids.device)).any(dim=1)
-        return torch.full_like(ended, bool(ended.float().mean() >= self.share))
-
-
-class _Loops(StoppingCriteria):
-    """Stops each row whose last WINDOW generated tokens have already appeared REPEATS times in its
-    continuation: a sampled small model that loops on long text never leaves the loop (the corpus's
-    articles at temperature 0.8: 196 of 288 ran to 1,500 tokens, every one of them looping, most
-    from a few hundred tokens on). `ends[row]` is the row's length when it was stopped, else None."""
-
-    WINDOW, REPEATS = 16, 3  # 16 tokens ~ 12 words: stricter than the quality filter's 8-word loop test
-
-    def __init__(self, width: int, rows: int) -> None:
-        self.width = width
-        self.ends: list[int | None] = [None] * rows
-
-    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-        generated = input_ids[:, self.width :]
-        if generated.shape[1] < self.WINDOW * self.REPEATS:
-            return torch.zeros(generated.shape[0], dtype=torch.bool, device=input_ids.device)
-        windows = generated.unfold(1, self.WINDOW, 1)  # [rows, positions, WINDOW], a view
-        seen = (windows == windows[:, -1:]).all(dim=-1).sum(dim=1)
-        looping = seen >= self.REPEATS
-        for row in looping.nonzero().flatten().tolist():
-            if self.ends[row] is None:
-                self.ends[row] = generated.shape[1]
-        return looping
+def _warpers(sampling: Sampling) -> LogitsProcessorList | None:
+    """transformers' warpers for the temperature (None: greedy). top_p=1 skips the vocabulary sort:
+    the full distribution at that temperature, as served."""
+    if not sampling.temperature:
+        return None
+    warpers = [TemperatureLogitsWarper(sampling.temperature)]
+    if sampling.top_p < 1:
+        warpers.append(TopPLogitsWarper(sampling.top_p))
+    return LogitsProcessorList(warpers)
 
 
-def _cut(ids: list[int], stops: set[int]) -> Continuation:
-    for i, token in enumerate(ids):
-        if token in stops:
-            return Continuation(ids[: i + 1], True)
-    return Continuation(ids, False)
+def _pick(logits: torch.Tensor, warpers: LogitsProcessorList | None) -> torch.Tensor:
+    if warpers is None:
+        return logits.argmax(dim=-1)
+    return sample(torch.softmax(warpers(None, logits), dim=-1))  # the warpers take the ids so far and ignore them
+
+
+def sample(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row of probs [rows, vocabulary], drawn by inverting each row's cumulative sum at a
+    uniform draw: token i when cdf[i-1] <= u < cdf[i], so with probability probs[i]. By hand because
+    torch.multinomial, which transformers' generate calls, took 93 ms per step for 96 rows of 49,152
+    tokens on 2 CPU cores, a third of the step; this takes 3 ms."""
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand(probs.shape[0], 1, device=probs.device) * cdf[:, -1:]
+    # right=True skips zero-probability tokens; the clamp catches u rounding up to the total.
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[-1] - 1)
+
+
+# A row loops once its last LOOP_WINDOW generated tokens have appeared LOOP_REPEATS times in it: a
+# sampled small model that loops on long text never leaves the loop (the corpus's articles at
+# temperature 0.8: 196 of 288 ran to 1,500 tokens, every one of them looping, most from a few hundred
+# tokens on). 16 tokens ~ 12 words: stricter than the quality filter's 8-word test, which cuts the rest.
+LOOP_WINDOW, LOOP_REPEATS = 16, 3
+
+
+def _looping(generated: torch.Tensor) -> torch.Tensor:
+    """[rows] bool: which rows of generated [rows, length] loop."""
+    if generated.shape[1] < LOOP_WINDOW * LOOP_REPEATS:
+        return torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
+    windows = generated.unfold(1, LOOP_WINDOW, 1)  # [rows, positions, LOOP_WINDOW], a view
+    return (windows == windows[:, -1:]).all(dim=-1).sum(dim=1) >= LOOP_REPEATS
 
 
 def free_cores() -> int:

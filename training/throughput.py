@@ -1,8 +1,8 @@
-"""How fast the target writes the corpus here: response tokens per second by batch size, threads,
-length bucketing and cache.
+"""How fast the target writes the corpus here: response tokens per second by batch size, threads
+and length bucketing.
 
     python -m training.throughput                                  # the default grid, a couple of minutes
-    python -m training.throughput --batch-sizes 16 32 --threads 1 2 --static --dtype float32
+    python -m training.throughput --batch-sizes 16 32 --threads 1 2 --dtype float32
 
 Every trial answers the same prompts (a seeded sample of draft_data's training prompts) greedily
 and counts only real response tokens (cut at the first stop token), not padding. On a machine
@@ -31,7 +31,6 @@ class Trial:
     batch_size: int
     threads: int
     bucketed: bool = True  # prompts sorted by length, so a batch pads little
-    cache_implementation: str | None = None  # None: DynamicCache; "static": a preallocated StaticCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +51,7 @@ def measure(model, prompts: list[list[int]], stops: list[int], trial: Trial, max
     started = time.perf_counter()
     tokens = 0
     for i in range(0, len(ordered), trial.batch_size):
-        tokens += sum(len(c.ids) for c in generate(model, ordered[i : i + trial.batch_size], sampling, stops, trial.cache_implementation))
+        tokens += sum(len(c.ids) for c in generate(model, ordered[i : i + trial.batch_size], sampling, stops))
     return Measurement(trial, tokens, time.perf_counter() - started)
 
 
@@ -62,7 +61,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--static", action="store_true", help="also try cache_implementation='static'")
     parser.add_argument("--unbucketed", action="store_true", help="also try prompts in random order")
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="as training.corpus --dtype")
     args = parser.parse_args(argv)
@@ -71,11 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     texts = build_prompts("train")
     random.Random(0).shuffle(texts)
     prompts = [encode_chat(target.tokenizer, [{"role": "user", "content": p.text}]) for p in texts[: args.prompts]]
-    caches = [None, "static"] if args.static else [None]
     orders = [True, False] if args.unbucketed else [True]
     results = []
-    for batch, threads, bucketed, cache in itertools.product(args.batch_sizes, args.threads, orders, caches):
-        m = measure(target.model, prompts, target.stops, Trial(batch, threads, bucketed, cache), args.max_new_tokens)
+    for batch, threads, bucketed in itertools.product(args.batch_sizes, args.threads, orders):
+        m = measure(target.model, prompts, target.stops, Trial(batch, threads, bucketed), args.max_new_tokens)
         results.append({**asdict(m.trial), "tokens": m.tokens, "seconds": round(m.seconds, 2), "tokens_per_second": round(m.tokens_per_second, 1)})
         print(json.dumps(results[-1]), flush=True)
 

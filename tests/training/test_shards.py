@@ -1,12 +1,14 @@
-"""Generation jobs: the shard format, atomic writes, the batch plan, the quorum stop, and features
-recomputed from a shard's ids."""
+"""Generation jobs: the shard format, atomic writes, the batch plan; the batched decoder (transformers'
+greedy tokens, rows leaving as they end, the sampler, the quorum and loop stops); features recomputed
+from a shard's ids."""
 
 import numpy as np
 import pytest
 import torch
+from scipy.stats import chisquare
 
 from training.corpus_features import ids_only, with_layers
-from training.generation import Sampling, encode_chat, generate
+from training.generation import Sampling, encode_chat, generate, sample
 from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
 from training.train_head import tiny_target
@@ -72,6 +74,36 @@ def test_a_quorum_stops_the_batch_once_most_rows_have_ended(chat):
     cut = generate(model, prompts, Sampling(1.0, max_new_tokens=40, quorum=0.5), [tokenizer.eos_token_id])
     assert sum(c.finished for c in cut) >= 2
     assert max(len(c.ids) for c in cut) == sorted(len(c.ids) for c in whole)[1] < max(len(c.ids) for c in whole)  # stopped at the second row's end
+
+
+def test_greedy_rows_are_transformers_generates_tokens_though_ended_rows_leave_the_batch():
+    model = tiny_llama(0, fast=False)
+    prompts = [[1, 2, 3], [20, 21], [4, 5], [6, 7, 8, 9], [10]]
+    stops = [18, 10]  # rows end at different steps, one of them at once
+    ours = generate(model, prompts, Sampling(0.0, max_new_tokens=60), stops)
+    width = max(map(len, prompts))
+    padded = torch.tensor([[stops[0]] * (width - len(p)) + p for p in prompts])
+    mask = (padded != -1).long()
+    for row, p in enumerate(prompts):
+        mask[row, : width - len(p)] = 0
+    out = model.generate(input_ids=padded, attention_mask=mask, max_new_tokens=60, do_sample=False, eos_token_id=stops, pad_token_id=stops[0])
+    for row, continuation in zip(out[:, width:].tolist(), ours):
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        assert continuation.ids == row[:end] and continuation.finished == (end < len(row) or row[-1] in stops)
+    assert len({len(c.ids) for c in ours}) > 2 and sum(c.finished for c in ours) >= 2
+
+
+def test_sampling_draws_each_token_with_its_probability():
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.15, 0.05], [0.0, 0.0, 0.0, 0.0, 1.0]])
+    torch.manual_seed(0)
+    draws = torch.stack([sample(probs) for _ in range(20_000)])
+    counts = torch.bincount(draws[:, 0], minlength=5)
+    assert counts[1] == 0 and (draws[:, 1] == 4).all()
+    present = probs[0] > 0
+    assert chisquare(counts[present].numpy(), 20_000 * probs[0][present].numpy()).pvalue > 1e-3
+    # the control: one token's share moved by 0.02 is caught
+    skewed = probs[0][present] + torch.tensor([-0.02, 0.0, 0.0, 0.02])
+    assert chisquare(counts[present].numpy(), 20_000 * skewed.numpy()).pvalue < 1e-6
 
 
 def test_a_looping_row_stops_where_its_loop_repeats_and_comes_back_unfinished():
