@@ -46,7 +46,7 @@ from training.dedupe import distinct
 from training.draft_data import TEMPERATURES, sample_prompts
 from training.eval_overlap import OverlapFilter
 from training.generation import encode_chat, free_cores
-from training.quality import TextLimits, clean_prefix, defect
+from training.quality import PARAGRAPH, TextLimits, clean_prefix, defect
 from training.self_prompts import TEMPERATURE, TOP_P, UserTurnRequest, first_turn_requests, pre_query, user_text
 from training.shards import Job, Record, Request, ShardBudget, Stopped, run
 from training.task_families import article_requests, load_seeds, passage_prompts, template_prompts
@@ -118,11 +118,9 @@ class Build:
     overlap: OverlapFilter
     dropped: dict[str, Counter]
 
-    def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None) -> Job:
-        """A stage's generation job. Stages with a quorum write prompts and passages, not answers: they
-        also stop looping rows, whose loops their filters cut."""
-        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens,
-                   stop_loops=quorum < 1)
+    def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None,
+            stop_loops: bool = False) -> Job:
+        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens, stop_loops)
 
     def rng(self, stage: str) -> random.Random:
         return random.Random(f"{self.recipe.seed}-{stage}")
@@ -156,7 +154,7 @@ def user_turns(build: Build) -> list[tuple[str, str]]:
     wanted = recipe.count(recipe.magpie_share) + recipe.count(recipe.chat_share)
     requests = first_turn_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("user-turns"))
     records = _generate(build, "user-turns", [Request(tuple(pre_query(tokenizer, r)), r.family, TEMPERATURE) for r in requests],
-                        TOP_P, recipe.user_turn_tokens, recipe.quorum)
+                        TOP_P, recipe.user_turn_tokens, recipe.quorum, stop_loops=True)
     texts = [user_text(tokenizer, request, record.response) for request, record in zip(requests, records)]
     kept = build.screen("user-turns", texts, TextLimits(), [_unfinished(r) or _opening_only(tokenizer, r) for r in records])
     return [(requests[i].family, texts[i]) for i in kept][:wanted]
@@ -169,13 +167,13 @@ def passages(build: Build) -> list[tuple[str, str]]:
     wanted = math.ceil(recipe.count(recipe.passage_share) / 2)  # two prompts per passage
     requests = article_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("articles"))
     encoded = [Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": r.text}])), "article", ARTICLE_TEMPERATURE) for r in requests]
-    records = _generate(build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum)
+    records = _generate(build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum, stop_loops=True)
     # The token bounds decide the length; the word limits only keep the quality checks from objecting.
     limits = TextLimits(min_words=1, max_words=2 * recipe.passage_max_tokens)
-    texts = [clean_prefix(_whole_paragraphs(_answer(build, r), r.finished), limits) for r in records]
+    whole = [_whole_paragraphs(tokenizer.decode(r.response, skip_special_tokens=True), r.finished) for r in records]
+    texts = [clean_prefix(text, limits) for text in whole]
     bounds = range(recipe.passage_min_tokens, recipe.passage_max_tokens + 1)
-    # An empty text (a defect in the first paragraph) is left to the screen, which names the defect.
-    rejected = [None if not text or len(tokenizer(text, add_special_tokens=False)["input_ids"]) in bounds else "length" for text in texts]
+    rejected = [_passage_rejected(w, t, limits, len(tokenizer(t, add_special_tokens=False)["input_ids"]) in bounds) for w, t in zip(whole, texts)]
     kept = build.screen("articles", texts, limits, rejected)
     return [(requests[i].topic, texts[i]) for i in kept][:wanted]
 
@@ -198,7 +196,7 @@ def two_turn_chats(build: Build, firsts: list[tuple[str, str]]) -> list[CorpusPr
             chats.append((family, first, answer))
     writer = UserTurnRequest("chat", None, "")
     written = [Request(tuple(pre_query(tokenizer, writer, _chat_messages(c[1], c[2]))), c[0], TEMPERATURE) for c in chats[::2]]
-    records = _generate(build, "second-turns", written, TOP_P, recipe.user_turn_tokens, recipe.quorum)
+    records = _generate(build, "second-turns", written, TOP_P, recipe.user_turn_tokens, recipe.quorum, stop_loops=True)
     seconds = [user_text(tokenizer, writer, r.response) for r in records]
     usable = set(build.screen("second-turns", seconds, TextLimits(), [_unfinished(r) for r in records]))
     rng = build.rng("follow-ups")
@@ -214,8 +212,11 @@ def _chat_messages(first: str, answer: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": first}, {"role": "assistant", "content": answer}]
 
 
-def _generate(build: Build, name: str, requests: list[Request], top_p: float, max_new_tokens: int, quorum: float = 1.0) -> list[Record]:
-    return run(build.target.model, requests, build.job(name, top_p, max_new_tokens, quorum), build.target.stops, build.budget)
+def _generate(build: Build, name: str, requests: list[Request], top_p: float, max_new_tokens: int, quorum: float = 1.0,
+              stop_loops: bool = False) -> list[Record]:
+    """Stages that write prompts and passages stop looping rows (their filters cut loops anyway); answers never do."""
+    job = build.job(name, top_p, max_new_tokens, quorum, stop_loops=stop_loops)
+    return run(build.target.model, requests, job, build.target.stops, build.budget)
 
 
 def _unfinished(record: Record) -> str | None:
@@ -230,7 +231,15 @@ def _opening_only(tokenizer: PreTrainedTokenizerBase, record: Record) -> str | N
 
 def _whole_paragraphs(text: str, finished: bool) -> str:
     """The text without its last paragraph when it was cut short (a loop or the batch's quorum): that one may end mid-sentence."""
-    return text if finished else text.rpartition("\n\n")[0]
+    return (text if finished else text.rpartition(PARAGRAPH)[0]).strip()
+
+
+def _passage_rejected(whole: str, passage: str, limits: TextLimits, long_enough: bool) -> str | None:
+    if not whole:
+        return "cut short in its first paragraph"
+    if not passage:
+        return f"first paragraph: {defect(whole.partition(PARAGRAPH)[0], limits)}"
+    return None if long_enough else "length"
 
 
 def _answer(build: Build, record: Record) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from training.text_ngrams import ngrams, words
 
 _MARKER = re.compile(r"<\|\w+\|>")  # <|im_start|>, <|endoftext|>, ...: the turn never ended cleanly
+PARAGRAPH = "\n\n"  # what clean_prefix cuts at
 _CHAR_RUN = re.compile(r"(.)\1{19,}", re.DOTALL)  # 20 of one character: "!!!!..." or "aaaa..."
 
 
@@ -31,26 +32,32 @@ def defect(text: str, limits: TextLimits = TextLimits()) -> str | None:
         return "too short"
     if len(tokens) > limits.max_words:
         return "too long"
+    visible = [c for c in text if not c.isspace()]
+    if not _MARKER.search(text) and sum(c.isalnum() for c in visible) < limits.min_text_share * len(visible):
+        return "not text"
+    return _breakdown(text, tokens, limits)
+
+
+def _breakdown(text: str, tokens: list[str], limits: TextLimits) -> str | None:
+    """What a text breaks down into, after which a small model's text rarely recovers: a leaked marker, a loop."""
     if _MARKER.search(text):
         return "template marker"
-    visible = [c for c in text if not c.isspace()]
-    if sum(c.isalnum() for c in visible) < limits.min_text_share * len(visible):
-        return "not text"
     if _loops(tokens, limits) or _CHAR_RUN.search(text):
         return "repetition"
     return None
 
 
 def clean_prefix(text: str, limits: TextLimits = TextLimits()) -> str:
-    """The text's longest run of whole paragraphs from its start without a defect ("" when the first
-    has one). For passages, which need not be whole texts: the target's long sampled articles mostly
+    """The text's longest run of whole paragraphs from its start before a loop or a leaked marker ("" when
+    the first has one); the caller judges the rest (length, share of text) on the result, as a title alone
+    is no text. For passages, which need not be whole texts: the target's long sampled articles mostly
     loop after a few hundred tokens (196 of 288 never ended), and the paragraphs before the loop are
     good text (159 of those 196 kept 300 tokens or more)."""
-    paragraphs = text.split("\n\n")
+    paragraphs = text.split(PARAGRAPH)
     kept = ""
     for n in range(1, len(paragraphs) + 1):
-        candidate = "\n\n".join(paragraphs[:n])
-        if defect(candidate, limits):
+        candidate = PARAGRAPH.join(paragraphs[:n])
+        if _breakdown(candidate, words(candidate), limits):
             break
         kept = candidate
     return kept

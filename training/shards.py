@@ -62,8 +62,9 @@ class Job:
     quorum: float = 1.0  # generation.Sampling.quorum
     seed: int = 0
     target_tokens: int | None = None  # stop once the shards hold this many response tokens
-    # generation.Sampling.stop_loops. Not in the fingerprint: it only cuts a looping row short, and the
-    # stages that use it cut loops from their texts anyway, so shards written with or without it mix.
+    # generation.Sampling.stop_loops. Not in the fingerprint: it cuts looping rows short and, through the
+    # quorum, may end a batch sooner; the stages that use it drop or trim unfinished and looping texts
+    # anyway, so shards written with or without it mix.
     stop_loops: bool = False
 
 

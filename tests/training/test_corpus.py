@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.corpus import embedded_target, generation_dtype, main, read_prompt_set
+from training.corpus import _passage_rejected, _whole_paragraphs, embedded_target, generation_dtype, main, read_prompt_set
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
+from training.quality import TextLimits
 from training.shards import read_job
 from training.text_ngrams import normalised
 
@@ -60,6 +61,21 @@ def test_an_interrupted_corpus_resumes_without_redoing_a_shard(whole, tmp_path):
     assert records == whole_records  # the same shards, the same ids, as one uninterrupted run
     for stage in STAGES:
         assert read_job(out / stage) == read_job(whole_out / stage)
+
+
+def test_an_article_cut_short_loses_only_its_unfinished_paragraph():
+    assert _whole_paragraphs("First one.\n\nSecond one.\n\nThird, cut in the mid", finished=False) == "First one.\n\nSecond one."
+    assert _whole_paragraphs("First one.\n\nSecond one.\n\n", finished=False) == "First one.\n\nSecond one."  # cut at a break
+    assert _whole_paragraphs("Only one, cut in the mid", finished=False) == ""
+    assert _whole_paragraphs(" First one.\n\nSecond one.\n", finished=True) == "First one.\n\nSecond one."
+
+
+def test_a_rejected_article_says_why():
+    limits = TextLimits(min_words=1, max_words=3000)
+    assert _passage_rejected("", "", limits, False) == "cut short in its first paragraph"
+    assert _passage_rejected("go on " * 20, "", limits, False) == "first paragraph: repetition"
+    assert _passage_rejected("A fine paragraph.", "A fine paragraph.", limits, False) == "length"
+    assert _passage_rejected("A fine paragraph.", "A fine paragraph.", limits, True) is None
 
 
 def test_the_prompt_set_has_no_overlap_with_any_evaluation_set(whole):

@@ -84,6 +84,8 @@ def test_a_passage_keeps_its_paragraphs_up_to_the_first_loop():
     assert clean_prefix(text, limits) == "\n\n".join(paragraphs)
     assert clean_prefix("\n\n".join(paragraphs), limits) == "\n\n".join(paragraphs)  # a clean text stays whole
     assert clean_prefix(loop + "\n\n" + paragraphs[0], limits) == ""
+    titled = "**Owls**\n\n" + paragraphs[1]  # half of the title is asterisks
+    assert clean_prefix(titled, limits) == titled and defect(titled, limits) is None  # a title alone is judged with its text
 
 
 def test_evaluation_prompts_are_caught_copied_wrapped_or_lightly_paraphrased(overlap):

@@ -93,17 +93,27 @@ def test_greedy_rows_are_transformers_generates_tokens_though_ended_rows_leave_t
     assert len({len(c.ids) for c in ours}) > 2 and sum(c.finished for c in ours) >= 2
 
 
-def test_sampling_draws_each_token_with_its_probability():
-    probs = torch.tensor([[0.5, 0.0, 0.3, 0.15, 0.05], [0.0, 0.0, 0.0, 0.0, 1.0]])
+def test_sampling_draws_each_token_with_its_probability_across_blocks():
     torch.manual_seed(0)
-    draws = torch.stack([sample(probs) for _ in range(20_000)])
-    counts = torch.bincount(draws[:, 0], minlength=5)
-    assert counts[1] == 0 and (draws[:, 1] == 4).all()
-    present = probs[0] > 0
-    assert chisquare(counts[present].numpy(), 20_000 * probs[0][present].numpy()).pvalue > 1e-3
-    # the control: one token's share moved by 0.02 is caught
-    skewed = probs[0][present] + torch.tensor([-0.02, 0.0, 0.0, 0.02])
-    assert chisquare(counts[present].numpy(), 20_000 * skewed.numpy()).pvalue < 1e-6
+    vocabulary = 600  # two blocks and a padded third
+    weights = torch.rand(vocabulary) ** 3
+    weights[520:] = 0  # trailing zeros, across the last block's padding
+    weights[[3, 255, 256, 300]] = 0  # zeros inside and at a block's edges
+    probs = torch.stack([weights / weights.sum(), torch.nn.functional.one_hot(torch.tensor(7), vocabulary).float()])
+    draws = torch.cat([sample(probs.repeat(5_000, 1)).view(5_000, 2) for _ in range(20)])  # 100,000 rows of each
+    counts = torch.bincount(draws[:, 0], minlength=vocabulary)
+    assert counts[probs[0] == 0].sum() == 0 and (draws[:, 1] == 7).all()
+    expected = probs[0].double() * 100_000
+    tested = expected >= 5  # chi-square's rule of thumb; the rest are pooled in one bin
+    observed = torch.cat([counts[tested], counts[~tested].sum()[None]]).numpy()
+    expected = torch.cat([expected[tested], expected[~tested].sum()[None]])
+    expected *= 100_000 / expected.sum()
+    assert chisquare(observed, expected.numpy()).pvalue > 1e-3
+    # the control: a fifth more weight on the first 100 tokens is caught
+    skewed = expected.clone()
+    skewed[:100] *= 1.2
+    skewed *= expected.sum() / skewed.sum()
+    assert chisquare(observed, skewed.numpy()).pvalue < 1e-6
 
 
 def test_a_looping_row_stops_where_its_loop_repeats_and_comes_back_unfinished():
