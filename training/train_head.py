@@ -40,10 +40,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from training.corpus_answers import answer_records
 from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
-from training.shards import read_job
 from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.models import load_model
@@ -84,12 +84,12 @@ def training_data(settings: Settings, model: PreTrainedModel, tokenizer, work: P
 
 
 def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
-    """The corpus's answers. The training ones' features are made once, at the step's precision, and read
+    """The corpus's answers (corpus.answer_records). The training ones' features are made once, at the step's precision, and read
     from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
     held-out ones' by a float32 forward, in memory. The store holds every training sequence; the cap takes
     the first of them, in the shard order the corpus plan shuffled, so a smaller set samples every kind of
     prompt and the learning curve's runs share one store."""
-    records = read_job(Path(settings.corpus) / "responses")
+    records = answer_records(Path(settings.corpus))
     if not records:
         raise SystemExit(f"{settings.corpus} holds no responses yet: run `python -m training.corpus` first.")
     train_set, heldout_set = [], []

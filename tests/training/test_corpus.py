@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from training.corpus import _passage_rejected, _whole_paragraphs, embedded_target, generation_dtype, main, read_prompt_set
+from training.corpus_answers import answer_records
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
 from training.quality import TextLimits
@@ -100,7 +101,9 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
     from training.train_head import HELDOUT_EVERY, Settings, corpus_data, train_and_save
 
-    out, records = whole
+    out, responses = whole
+    records = answer_records(out)
+    assert len(records) == len(responses) + len(read_job(out / "first-answers")) > len(responses)
     tokenizer = tiny_chat_tokenizer()
     target = tiny_chat_model(tokenizer)
     settings = Settings(draft_vocab=256, depth=2, epochs=3, batch_tokens=1024, lr=3e-3, evals_per_epoch=1,
