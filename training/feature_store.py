@@ -31,9 +31,12 @@ STATE = "state.json"
 
 
 def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], root: Path,
-                    dtype: torch.dtype = torch.float32) -> list[Sequence]:
-    """The same sequences with the features of `layers` as with_layers makes them with a forward at `dtype`'s
-    precision, read from the store under root; the missing part is made first."""
+                    dtype: torch.dtype = torch.float32, count: int | None = None) -> list[Sequence]:
+    """The first `count` sequences (all when None) with the features of `layers` as with_layers makes them with
+    a forward at `dtype`'s precision, read from the store under root; the missing part is made first. The store
+    is the whole data's, so a run capped at fewer sequences makes only their features, and a larger run goes on
+    from there (the learning curve's runs, smallest first)."""
+    count = len(data) if count is None else count
     hidden = model.config.hidden_size
     width = hidden * (len(layers) + 1 if layers else 1)  # the layers side by side, then the last layer (targets)
     if not data:
@@ -42,15 +45,15 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
     offsets = np.cumsum([0] + [len(s.tokens) for s in data])
     rows, fresh = _rows(folder, int(offsets[-1]), width)
     done = 0 if fresh else _done(folder)  # sequences
-    with tqdm(total=len(data), initial=done, desc="target features to disk", unit="sequence") as progress:
-        for first, last in _chunks(offsets, done):
+    with tqdm(total=count, initial=min(done, count), desc="target features to disk", unit="sequence") as progress:
+        for first, last in _chunks(offsets[: count + 1], done):
             for i, sequence in enumerate(with_layers(model, data[first:last], layers, dtype=dtype), start=first):
                 stacked = sequence.features if not layers else torch.cat([sequence.features, sequence.last_layer], dim=-1)
                 rows[offsets[i] : offsets[i + 1]] = stacked.to(torch.float16).numpy()
             rows.flush()
             _write_state(folder, last)
             progress.update(last - first)
-    return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data)]
+    return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data[:count])]
 
 
 def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Sequence:

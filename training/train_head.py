@@ -96,10 +96,10 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     for r, sequence in zip(records, ids_only(records)):
         (heldout_set if r.index % HELDOUT_EVERY == 0 else train_set).append(sequence)
     layers = layers_of(settings)
-    stored = stored_features(model, train_set, layers, work / "corpus-features", training_dtype(settings, model.device))
-    answers = itertools.accumulate(len(s.tokens) - s.prompt_length for s in stored)
-    kept = len(stored) if not settings.corpus_tokens else next((n for n, total in enumerate(answers, 1) if total >= settings.corpus_tokens), len(stored))
-    return stored[:kept], with_layers(model, heldout_set, layers)
+    answers = itertools.accumulate(len(s.tokens) - s.prompt_length for s in train_set)
+    kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(answers, 1) if total >= settings.corpus_tokens), len(train_set))
+    stored = stored_features(model, train_set, layers, work / "corpus-features", training_dtype(settings, model.device), count=kept)
+    return stored, with_layers(model, heldout_set, layers)
 
 
 

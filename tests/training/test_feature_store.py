@@ -66,6 +66,25 @@ def test_an_interrupted_store_resumes_after_its_last_chunk_and_a_new_corpus_gets
     assert len(list(tmp_path.iterdir())) == 2
 
 
+def test_a_capped_run_makes_only_its_sequences_and_a_larger_one_goes_on_in_the_same_store(data, tmp_path, monkeypatch):
+    monkeypatch.setattr(feature_store, "CHUNK_TOKENS", 200)
+    target = tiny_target()
+    counted: list[int] = []
+
+    def count(model, chunk, layers, dtype):
+        counted.append(len(chunk))
+        return with_layers(model, chunk, layers, dtype=dtype)
+
+    monkeypatch.setattr(feature_store, "with_layers", count)
+    first = stored_features(target, data, (0, 1), tmp_path, count=10)
+    assert len(first) == 10 and sum(counted) == 10
+    counted.clear()
+    everything = stored_features(target, data, (0, 1), tmp_path)
+    assert sum(counted) == len(data) - 10 and len(list(tmp_path.iterdir())) == 1
+    assert_same_features(everything, with_layers(target, data, (0, 1)))
+    assert all(torch.equal(a.features, b.features) for a, b in zip(first, everything))
+
+
 def test_features_made_in_bfloat16_get_their_own_store_and_stay_close(data, tmp_path):
     target = tiny_target()
     exact = stored_features(target, data, (), tmp_path)
