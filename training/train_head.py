@@ -60,7 +60,7 @@ class Settings:
     heldout_prompts: int = 96
     max_new_tokens: int = 128
     draft_vocab: int = 16384
-    depth: int = 3
+    depth: int = 4  # training-time test through the draft length served by default (DraftConfig.k)
     epochs: int = 3
     batch_tokens: int = 2048
     lr: float = 1e-3
