@@ -42,7 +42,7 @@ from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.model_draft import reduced_copy
 from specdec_core.sources import cache_dir
 from training import diversity
-from training.corpus_answers import answer_records
+from training.corpus_answers import answers
 from training.dedupe import distinct
 from training.draft_data import TEMPERATURES, sample_prompts
 from training.eval_overlap import OverlapFilter
@@ -376,10 +376,10 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
     finally:
         torch.set_num_threads(previous)
     tokens = sum(len(r.response) for r in records)
-    answers = answer_records(out)  # what the head trains on: the first answers too
+    written = answers(out)  # what the head learns from: the first answers too
     size = sum(p.stat().st_size for p in (out / "responses").glob("shard-*.npz"))
     print(f"{out}: {len(records):,} responses, {tokens:,} response tokens, {size / 1e6:.1f} MB of response shards; "
-          f"with the first answers {sum(len(r.response) for r in answers):,} answer tokens to train on", file=sys.stderr)
+          f"with the first answers {sum(len(a.record.response) for a in written):,} answer tokens (training and held out)", file=sys.stderr)
     if tokens < recipe.target_tokens:
         print("every prompt is answered short of --target-tokens: a larger --prompts needs a new --out", file=sys.stderr)
     return records

@@ -1,19 +1,56 @@
-"""Which records of a corpus (training/corpus.py) the head trains on: the target's answers."""
+"""Which records of a corpus (training/corpus.py) the head trains on, and which it holds out: the
+target's answers, split by conversation."""
 
 from __future__ import annotations
 
+import json
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
-from training.shards import Record, read_job
+from training.shards import Record, read_shard
 
-# The jobs whose records are the target's answers to a prompt, as served: the training data.
-ANSWER_JOBS = ("responses", "first-answers")
+# The jobs whose records are the target's answers to a prompt, as served: the training data. Answers the
+# corpus's filters would drop (empty, looping) stay, as in the responses: they are the target's own behaviour.
+RESPONSES, FIRST_ANSWERS = "responses", "first-answers"
+HELDOUT_EVERY = 50  # about one conversation in 50 is held out (the learning curve's)
 
 
-def answer_records(folder: Path) -> list[Record]:
-    """Every answer of the corpus: the responses, and the first answers of the two-turn chats (whose
-    second answers are among the responses). The jobs are interleaved by their place in their own plan,
-    each already shuffled, so a run capped at its first N tokens samples both. Indices stay per job."""
-    jobs = [read_job(folder / name) for name in ANSWER_JOBS]
-    placed = [(i / len(job), n, i) for n, job in enumerate(jobs) for i in range(len(job))]
-    return [jobs[n][i] for _, n, i in sorted(placed)]
+@dataclass(frozen=True, slots=True)
+class Answer:
+    record: Record
+    heldout: bool
+
+
+def answers(folder: Path) -> list[Answer]:
+    """Every answer written so far: the responses, and the first answers of the two-turn chats (whose
+    second answers are among the responses). The jobs are interleaved by each shard's place in its
+    job's plan (already shuffled), so a run capped at its first N tokens samples both, and a shard
+    written later does not move the ones before it. A record is held out by a stable hash of its
+    conversation: a two-turn chat's first answer and its second (whose prompt begins with the first
+    answer's prompt, and whose follow-up often asks to restate it) fall on the same side."""
+    jobs = [_job_records(folder / name) for name in (RESPONSES, FIRST_ANSWERS)]
+    placed = sorted((((place, n, i), record) for n, job in enumerate(jobs) for place, i, record in job), key=lambda pair: pair[0])
+    records = [record for _, record in placed]
+    firsts = {tuple(r.prompt) for _, _, r in jobs[1]}
+    lengths = sorted({len(p) for p in firsts})
+    return [Answer(r, zlib.crc32(repr(_conversation(r.prompt, firsts, lengths)).encode()) % HELDOUT_EVERY == 0) for r in records]
+
+
+def _job_records(folder: Path) -> list[tuple[float, int, Record]]:
+    """(the shard's place in the job's plan, from 0 to 1; the record's place in its shard; the record)."""
+    if not (folder / "job.json").is_file():
+        return []
+    planned = len(json.loads((folder / "job.json").read_text())["batches"])
+    return [(int(shard.stem.split("-")[1]) / planned, i, record)
+            for shard in sorted(folder.glob("shard-*.npz")) for i, record in enumerate(read_shard(shard))]
+
+
+def _conversation(prompt: list[int], firsts: set[tuple[int, ...]], lengths: list[int]) -> tuple[int, ...]:
+    """The first-turn prompt this prompt begins with (its chat's), else the prompt itself."""
+    for length in lengths:
+        if length > len(prompt):
+            break
+        if tuple(prompt[:length]) in firsts:
+            return tuple(prompt[:length])
+    return tuple(prompt)

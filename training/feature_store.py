@@ -37,6 +37,8 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
     is the whole data's, so a run capped at fewer sequences makes only their features, and a larger run goes on
     from there (the learning curve's runs, smallest first)."""
     count = len(data) if count is None else count
+    if not 0 <= count <= len(data):
+        raise ValueError(f"count {count} is not between 0 and the {len(data)} sequences")
     hidden = model.config.hidden_size
     width = hidden * (len(layers) + 1 if layers else 1)  # the layers side by side, then the last layer (targets)
     if not data:

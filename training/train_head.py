@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from training.corpus_answers import answer_records
+from training.corpus_answers import answers
 from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
@@ -75,7 +75,6 @@ class Settings:
 
 # ---- data ------------------------------------------------------------------------------------------
 
-HELDOUT_EVERY = 50  # every 50th corpus prompt is held out (the learning curve's)
 SCALE_SAMPLE = 256  # corpus sequences whose features set feature_scale
 
 
@@ -84,20 +83,20 @@ def training_data(settings: Settings, model: PreTrainedModel, tokenizer, work: P
 
 
 def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
-    """The corpus's answers (corpus.answer_records). The training ones' features are made once, at the step's precision, and read
+    """The corpus's answers, split by conversation (corpus_answers.answers). The training ones' features are made once, at the step's precision, and read
     from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
     held-out ones' by a float32 forward, in memory. The store holds every training sequence; the cap takes
     the first of them, in the shard order the corpus plan shuffled, so a smaller set samples every kind of
     prompt and the learning curve's runs share one store."""
-    records = answer_records(Path(settings.corpus))
-    if not records:
-        raise SystemExit(f"{settings.corpus} holds no responses yet: run `python -m training.corpus` first.")
+    written = answers(Path(settings.corpus))
+    if not written:
+        raise SystemExit(f"{settings.corpus} holds no answers yet: run `python -m training.corpus` first.")
     train_set, heldout_set = [], []
-    for r, sequence in zip(records, ids_only(records)):
-        (heldout_set if r.index % HELDOUT_EVERY == 0 else train_set).append(sequence)
+    for answer, sequence in zip(written, ids_only([a.record for a in written])):
+        (heldout_set if answer.heldout else train_set).append(sequence)
     layers = layers_of(settings)
-    answers = itertools.accumulate(len(s.tokens) - s.prompt_length for s in train_set)
-    kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(answers, 1) if total >= settings.corpus_tokens), len(train_set))
+    totals = itertools.accumulate(len(s.tokens) - s.prompt_length for s in train_set)
+    kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(totals, 1) if total >= settings.corpus_tokens), len(train_set))
     stored = stored_features(model, train_set, layers, work / "corpus-features", training_dtype(settings, model.device), count=kept)
     return stored, with_layers(model, heldout_set, layers)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from training.corpus import _passage_rejected, _whole_paragraphs, embedded_target, generation_dtype, main, read_prompt_set
-from training.corpus_answers import answer_records
+from training import corpus_answers
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
 from training.quality import TextLimits
@@ -79,6 +79,24 @@ def test_a_rejected_article_says_why():
     assert _passage_rejected("A fine paragraph.", "A fine paragraph.", limits, True) is None
 
 
+def test_a_chats_two_answers_are_held_out_together_and_the_interleaving_is_the_plans(whole, monkeypatch):
+    monkeypatch.setattr(corpus_answers, "HELDOUT_EVERY", 3)
+    out, _ = whole
+    written = corpus_answers.answers(out)
+    first_prompts = [r.prompt for r in read_job(out / "first-answers")]
+    firsts = [a for a in written if a.record.prompt in first_prompts]
+    pairs = [(f, a) for f in firsts for a in written
+             if a is not f and a.record.prompt[: len(f.record.prompt)] == f.record.prompt]
+    assert pairs and all(f.heldout == a.heldout for f, a in pairs)
+    assert any(f.heldout for f, _ in pairs) and not all(a.heldout for a in written)
+    # each job's records keep their plan order, and both jobs start early in the mixed list
+    for name in ("responses", "first-answers"):
+        job = read_job(out / name)
+        assert [a.record for a in written if a.record in job] == job
+    kinds = ["first" if a in firsts else "response" for a in written[: len(written) // 2]]
+    assert "first" in kinds and "response" in kinds
+
+
 def test_the_prompt_set_has_no_overlap_with_any_evaluation_set(whole):
     prompts = read_prompt_set(whole[0])
     user_turns = [turn for p in prompts for turn in p.turns[::2]]
@@ -95,23 +113,24 @@ def test_the_prompt_set_has_no_repeats(whole):
     assert len(set(keys)) == len(keys)
 
 
-def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompts(whole, tmp_path):
+def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompts(whole, tmp_path, monkeypatch):
     """train_head --corpus: ids in, the training features made once into the store, the held-out ones in memory."""
     from specdec_core.drafters.eagle import load_head
     from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
-    from training.train_head import HELDOUT_EVERY, Settings, corpus_data, train_and_save
+    from training.train_head import Settings, corpus_data, train_and_save
 
+    monkeypatch.setattr(corpus_answers, "HELDOUT_EVERY", 5)  # the smoke corpus is small
     out, responses = whole
-    records = answer_records(out)
-    assert len(records) == len(responses) + len(read_job(out / "first-answers")) > len(responses)
+    written = corpus_answers.answers(out)
+    assert len(written) == len(responses) + len(read_job(out / "first-answers")) > len(responses)
     tokenizer = tiny_chat_tokenizer()
     target = tiny_chat_model(tokenizer)
     settings = Settings(draft_vocab=256, depth=2, epochs=3, batch_tokens=1024, lr=3e-3, evals_per_epoch=1,
                         feature_layers="0,1", corpus=str(out))
     train_set, heldout_set = corpus_data(settings, target, tmp_path)
-    assert len(train_set) + len(heldout_set) == len(records)
+    assert len(train_set) + len(heldout_set) == len(written)
     assert train_set[0].features.shape[1] == 2 * target.config.hidden_size and list((tmp_path / "corpus-features").iterdir())
-    assert len(heldout_set) == len([r for r in records if r.index % HELDOUT_EVERY == 0]) > 0
+    assert len(heldout_set) == sum(a.heldout for a in written) > 0
     assert heldout_set[0].features.shape[1] == 2 * target.config.hidden_size
     capped, _ = corpus_data(Settings(corpus=str(out), corpus_tokens=40), target, tmp_path)
     assert 0 < len(capped) < len(train_set)  # the learning curve's smaller sets

@@ -81,8 +81,11 @@ def test_a_capped_run_makes_only_its_sequences_and_a_larger_one_goes_on_in_the_s
     counted.clear()
     everything = stored_features(target, data, (0, 1), tmp_path)
     assert sum(counted) == len(data) - 10 and len(list(tmp_path.iterdir())) == 1
-    assert_same_features(everything, with_layers(target, data, (0, 1)))
-    assert all(torch.equal(a.features, b.features) for a, b in zip(first, everything))
+    assert all(torch.equal(a.features, b.features) for a, b in zip(first, everything))  # the prefix was kept
+    in_one_go = stored_features(target, data, (0, 1), tmp_path / "one go")
+    assert_same_features(everything, in_one_go)  # other chunk bounds, the same features up to rounding
+    with pytest.raises(ValueError, match="between 0 and"):
+        stored_features(target, data, (0, 1), tmp_path, count=len(data) + 1)
 
 
 def test_features_made_in_bfloat16_get_their_own_store_and_stay_close(data, tmp_path):
