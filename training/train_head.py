@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from training.corpus_answers import answers
 from training.corpus_features import ids_only, with_layers
@@ -46,7 +46,7 @@ from training.feature_store import stored_features
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
-from specdec_core.models import load_model
+from specdec_core.models import load_stock
 from specdec_core.sources import EMBEDDED_ID, cache_dir
 from specdec_core.prompts import stop_token_ids
 
@@ -377,8 +377,11 @@ def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], sett
 
 
 def run_embedded(settings: Settings, out: Path, max_minutes: float | None) -> None:
-    loaded = load_model(EMBEDDED_ID, for_generate=True)
-    train_and_save(settings, loaded.model, loaded.tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes)
+    # Dense weights (load_stock): the packed kernels of a served model take float32 inputs only, and the
+    # features' forward runs under bfloat16 autocast where the CPU multiplies bfloat16 (training_dtype).
+    target = load_stock(EMBEDDED_ID, torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
+    train_and_save(settings, target, tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes)
 
 
 def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name: str, out: Path, max_minutes: float | None,

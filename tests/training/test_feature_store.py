@@ -8,6 +8,7 @@ import training.feature_store as feature_store
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
 from training.feature_store import stored_features
+from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 from training.train_head import tiny_target
 
 
@@ -96,3 +97,14 @@ def test_features_made_in_bfloat16_get_their_own_store_and_stay_close(data, tmp_
     assert not all(torch.equal(a.features, b.features) for a, b in zip(exact, rounded))  # bfloat16 was used
     for a, b in zip(exact, rounded):
         torch.testing.assert_close(b.features.float(), a.features.float(), rtol=0.05, atol=0.05)
+
+
+def test_a_target_with_packed_linears_gets_its_store_named_and_made(data, tmp_path):
+    """A served-style target whose dense linear weights were released (specdec_core/cpu_kernels.py) still
+    names its store by its weights, and a different checkpoint gets another store."""
+    packed = release_dense_weights(speed_up_linears(tiny_target()))
+    assert any(p.is_meta for p in packed.parameters())
+    stored = stored_features(packed, data, (), tmp_path)
+    assert_same_features(stored, with_layers(tiny_target(), data, ()))
+    stored_features(release_dense_weights(speed_up_linears(tiny_target(seed=1))), data, (), tmp_path)
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
