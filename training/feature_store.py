@@ -70,7 +70,7 @@ def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...
     config = model.config  # (a forward may add attributes to the config: only what names the model counts)
     shape = [type(model).__name__, config.num_hidden_layers, config.hidden_size, config.vocab_size, list(layers), str(dtype)]
     digest = hashlib.sha256(json.dumps(shape).encode())
-    # A sample of the weights says which checkpoint. Linears packed for the CPU (specdec_core/kernels) leave
+    # A sample of the weights says which checkpoint. Linears packed for the CPU (specdec_core/cpu_kernels.py) leave
     # their weights on the meta device, so the sample is taken among the tensors still held.
     parameters = [p for p in model.parameters() if not p.is_meta]
     for parameter in (parameters[0], parameters[1], parameters[-1]):

@@ -4,11 +4,11 @@ one store per corpus, layout and precision."""
 import pytest
 import torch
 
+from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 import training.feature_store as feature_store
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
 from training.feature_store import stored_features
-from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 from training.train_head import tiny_target
 
 
