@@ -130,7 +130,7 @@ def generate_batch(
     mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(ids) for ids in encoded])[:, None]).long()
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {"do_sample": False}
     out = model.generate(
-        input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad, **sampling
+        input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad, **sampling
     )
     sequences = []
     for row, ids in enumerate(encoded):
@@ -160,16 +160,17 @@ def length_batches(sequences: list[Sequence], batch_tokens: int) -> list[list[in
 def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers: tuple[int, ...] = (-1,),
                   dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """The outputs of the numbered layers (from 0, ascending and distinct; -1 the last, before the final
-    norm), side by side, per sequence: [T, len(layers) * H] float16. dtype: the forward's precision
+    norm), side by side, per sequence: [T, len(layers) * H] float16 on the CPU. dtype: the forward's precision
     (bfloat16 runs it under autocast, as training does where the CPU has bfloat16)."""
     width = max(len(s) for s in sequences)
-    input_ids = torch.stack([torch.nn.functional.pad(s, (0, width - len(s))) for s in sequences])
-    mask = (torch.arange(width)[None, :] < torch.tensor([len(s) for s in sequences])[:, None]).long()
+    input_ids = torch.stack([torch.nn.functional.pad(s, (0, width - len(s))) for s in sequences]).to(model.device)
+    lengths = torch.tensor([len(s) for s in sequences], device=input_ids.device)
+    mask = (torch.arange(width, device=input_ids.device)[None, :] < lengths[:, None]).long()
     selected = hidden_state_indices(model, layers)
     with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
         out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
     hidden = torch.cat([out.hidden_states[i].to(torch.float16) for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
-    return [hidden[row, : len(s)].clone() for row, s in enumerate(sequences)]
+    return [hidden[row, : len(s)].to("cpu", copy=True) for row, s in enumerate(sequences)]
 
 
 def load_sequences(paths: list[Path]) -> list[Sequence]:

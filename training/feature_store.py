@@ -3,8 +3,9 @@
 Made on the fly, the features cost a target forward per training step: on the 2-core CPU about as much
 as the head's own step, in every epoch of every run (the learning curve's data sizes, both feature
 layouts). Kept here they are made once per layout: a float16 file of [tokens, width] rows, each
-sequence's rows together, read through a memory map (three layers and the last of 2M answer tokens and
-their prompts are about 20 GB: more than the memory, less than the disk). The folder is named after a
+sequence's rows together, read into memory where they fit and through a memory map where they do not
+(three layers and the last of 2M answer tokens and their prompts are about 15 GB: more than half of a
+24 GB machine's memory; the last layer alone about 4 GB). The folder is named after a
 digest of the target, the layers, the forward's precision and every token id, so a changed corpus, layout
 or precision makes a new one; it is built in chunks of sequences and resumes after the last sequence of
 the last finished chunk.
@@ -22,6 +23,7 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
+from specdec_core.sources import free_memory
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
 
@@ -55,7 +57,17 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
             rows.flush()
             _write_state(folder, last)
             progress.update(last - first)
+    rows = _resident(rows, int(offsets[count]))
     return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data[:count])]
+
+
+def _resident(rows: np.memmap, used: int) -> np.ndarray:
+    """The first `used` rows, loaded into memory where they take less than half of what is free; else the map.
+    A training step reads its batch's sequences from all over the file, and read from a disk those reads are
+    the step's cost: on a GPU machine whose page cache had not kept the newly written store, 3-4 steps/s until
+    the file was cached, 14 after."""
+    size = used * rows.shape[1] * rows.itemsize
+    return np.array(rows[:used]) if size < free_memory() // 2 else rows
 
 
 def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Sequence:

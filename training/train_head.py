@@ -18,6 +18,9 @@ Feature layouts: EAGLE-1 reads the target's last layer and also regresses the ne
 a fused head (--feature-layers, EAGLE-3) reads a low, a middle and a high layer, and its loss is the
 cross-entropy alone, as in EAGLE-3 (its outputs are its own hidden states, not the target's features).
 
+Where torch sees a GPU the target, its features' forward and the head's steps run there (models.default_device);
+the same command runs on a CPU, slower.
+
 Everything is cached: the generated data under $SPECDEC_CACHE_DIR/draft-data, the checkpoint
 under $SPECDEC_CACHE_DIR/draft-train. The learning curve (held-out top-1 agreement of each draft
 position against training tokens) is written beside the head as learning_curve.json.
@@ -46,7 +49,7 @@ from training.feature_store import stored_features
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
-from specdec_core.models import load_stock
+from specdec_core.models import default_device, load_stock
 from specdec_core.sources import EMBEDDED_ID, cache_dir
 from specdec_core.prompts import stop_token_ids
 
@@ -174,9 +177,9 @@ def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) ->
     return out
 
 
-def collate(batch: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(batch: list[Sequence], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """tokens [B, T], features [B, T, F] and the target's last hidden states [B, T, H] in float32, loss
-    mask [B, T - 2] (entry j predicts token j + 2)."""
+    mask [B, T - 2] (entry j predicts token j + 2), on the head's device."""
     width = max(len(s.tokens) for s in batch)
     tokens = torch.stack([F.pad(s.tokens, (0, width - len(s.tokens))) for s in batch])
 
@@ -189,7 +192,7 @@ def collate(batch: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     starts = torch.tensor([s.prompt_length for s in batch])[:, None]
     ends = torch.tensor([len(s.tokens) for s in batch])[:, None]
     mask = (j + 2 >= starts) & (j + 2 < ends)  # predictions of response tokens only: what is drafted
-    return tokens, features, targets, mask
+    return tokens.to(device), features.to(device), targets.to(device), mask.to(device)
 
 
 # ---- the unrolled loss -----------------------------------------------------------------------------
@@ -199,12 +202,12 @@ def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor,
     """The head's outputs [B, T - 2, H] at each depth 1..depth (training-time test)."""
     batch, width = tokens.shape[0], tokens.shape[1] - 2
     tokens_in = tokens[:, 1 : width + 1]
-    positions = torch.arange(width)[None].expand(batch, -1)
+    positions = torch.arange(width, device=tokens.device)[None].expand(batch, -1)
     cache = head.new_cache()
     outputs: list[torch.Tensor] = []
     feature_in = head.input_features(features[:, :width])
     for s in range(1, depth + 1):
-        mask = _depth_mask(width, s, features.dtype)
+        mask = _depth_mask(width, s, features.dtype, tokens.device)
         predicted = head(feature_in, tokens_in, positions, cache, mask)
         outputs.append(predicted)
         # Depth s + 1 reads, at entry j, the output of entry j - 1 (the head's guess at position j).
@@ -212,21 +215,21 @@ def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor,
     return outputs
 
 
-def _depth_mask(width: int, depth: int, dtype: torch.dtype) -> torch.Tensor:
+def _depth_mask(width: int, depth: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Additive mask [1, 1, T, depth * T] over the keys of depths 1..depth, concatenated.
 
     Entry j at depth s sees the real (depth 1) entries 0..j-s+1 and, at each depth r = 2..s, the
     one entry j-s+r: the cache the head has when it drafts its s-th token after position j-s+1."""
-    j = torch.arange(width)[:, None]
-    i = torch.arange(width)[None, :]
+    j = torch.arange(width, device=device)[:, None]
+    i = torch.arange(width, device=device)[None, :]
     blocks = [i <= j - depth + 1] + [i == j - depth + r for r in range(2, depth + 1)]
     allowed = torch.cat(blocks, dim=1)
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
 def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tuple[torch.Tensor, list[float]]:
     """The EAGLE loss summed over depths, and each depth's top-1 agreement with the target's argmax."""
-    tokens, features, targets, mask = collate(batch)
+    tokens, features, targets, mask = collate(batch, head.feature_scale.device)
     width = tokens.shape[1] - 2
     real_next = targets[:, 1 : width + 1][mask]  # [M, H] the target's last hidden state where each entry predicts
     with torch.no_grad():
@@ -235,7 +238,7 @@ def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tu
         # float32 softmaxes: CPU autocast would leave them in bfloat16.
         target_top, target_ids = head.target_logits(real_next).float().softmax(-1).topk(TARGET_TOP, dim=-1)  # [M, TARGET_TOP]
         target_choice = target_ids[:, 0]
-    total = torch.zeros(())
+    total = torch.zeros((), device=tokens.device)
     agreement = []
     for predicted in unrolled_pass(head, tokens, features, settings.depth):
         chosen = predicted[mask]  # [M, H]
@@ -256,7 +259,7 @@ def heldout_agreement(head: EagleHead, sequences: list[Sequence], settings: Sett
     hits = [0] * settings.depth
     count = 0
     for batch in batches(sequences, settings.batch_tokens, random.Random(0)):
-        tokens, features, targets, mask = collate(batch)
+        tokens, features, targets, mask = collate(batch, head.feature_scale.device)
         width = tokens.shape[1] - 2
         real_next = targets[:, 1 : width + 1][mask]
         target_ids = head.target_argmax(real_next)
@@ -288,7 +291,7 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, total_steps))
     state = {"step": 0, "tokens": 0, "curve": []}
     if checkpoint.is_file():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=False, map_location=head.feature_scale.device)
         if saved["settings"] == asdict(settings):
             head.load_state_dict(saved["head"])
             optimizer.load_state_dict(saved["optimizer"])
@@ -431,7 +434,7 @@ def run_smoke(out: Path, steps_epochs: int = 6, feature_layers: str = "") -> lis
     """A tiny random target's greedy continuations of random prompts; a few epochs; the head saved and reloaded."""
     settings = Settings(draft_vocab=128, depth=3, epochs=steps_epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
                         feature_layers=feature_layers)
-    target = tiny_target()
+    target = tiny_target().to(default_device())  # on the GPU where there is one: the smoke run tests that path too
     check_layout(target, settings)
     rng = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 256, (8,), generator=rng).tolist() for _ in range(40)]

@@ -166,7 +166,7 @@ class EagleHead(nn.Module):
 
     @property
     def draft_to_target(self) -> torch.Tensor:
-        return torch.arange(len(self.d2t)) + self.d2t  # [N] target id of each draft id
+        return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t  # [N] target id of each draft id
 
     def input_features(self, real: torch.Tensor) -> torch.Tensor:
         """The target's features [..., F] (the config's layers side by side) as the head reads them [..., H]:

@@ -1,6 +1,7 @@
 """The corpus's training features on disk: what with_layers makes, made once, resumed after an interruption;
 one store per corpus, layout and precision."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +109,16 @@ def test_a_target_with_packed_linears_gets_its_store_named_and_made(data, tmp_pa
     assert_same_features(stored, with_layers(tiny_target(), data, ()))
     stored_features(release_dense_weights(speed_up_linears(tiny_target(seed=1))), data, (), tmp_path)
     assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2
+
+
+@pytest.mark.parametrize("free", [0, 2**40])
+def test_the_store_is_read_from_memory_where_it_fits_and_from_the_map_where_it_does_not(data, tmp_path, monkeypatch, free):
+    target = tiny_target()
+    monkeypatch.setattr(feature_store, "free_memory", lambda: free)
+    rows, _ = feature_store._rows(tmp_path / "store", 50, 8)
+    rows[:] = torch.arange(400, dtype=torch.float16).reshape(50, 8).numpy()
+    resident = feature_store._resident(rows, 30)
+    assert isinstance(resident, np.memmap) == (free == 0)
+    assert (resident[:30] == rows[:30]).all()
+    stored = stored_features(target, data, (), tmp_path)
+    assert_same_features(stored, with_layers(target, data, ()))
