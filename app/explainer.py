@@ -76,11 +76,12 @@ HEAD_INTRO = """### The embedded model's draft: an EAGLE head trained here
 No small model of SmolLM2-135M's family exists, so its draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
-frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to a few
-thousand generated prompts (`python -m training.train_head`); the curve shows how often its guess equals the
-target's greedy choice, per draft position, on **held-out prompts about topics it never saw**. The default drafter
-puts the head's tree and n-gram lookup in one tree: on real prompts the head alone guesses the first token
-right only 4-52% of the time, and lookup adds the copies (names, code, passages) it misses. While the answer
+frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to prompts the target wrote itself
+(500k answer tokens of the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
+`python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
+per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
+lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 8-51% of the
+time by category (0.32 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
 copies a span, the lookup drafts alone and longer (up to 16 tokens); where the head's passes earn less than they
 cost (translation, for this head), it rests and is tried again every 8 steps."""
 
@@ -96,8 +97,8 @@ def head_learning_curve() -> list[dict]:
 TREE_INTRO = """### Chains and trees
 A chain drafts one guess per position; a **tree** (EAGLE-2, SpecInfer) drafts several, and one target pass checks
 them all with a tree attention mask: each guess sees only its own ancestors. A level is accepted when *any* of its
-guesses is right, so a tree gains where the draft's second or third choice is often the right one (the shipped head:
-top-1 / top-3 agreement 0.50 / 0.68 with the target on its held-out prompts, teacher-forced). The price is a wider
+guesses is right, so a tree gains where the draft's second or third choice is often the right one (the template-trained
+head shipped before this one: top-1 / top-3 agreement 0.50 / 0.68 with the target on its own held-out prompts). The price is a wider
 verification pass: on a GPU nearly free, on a CPU measured by $T(n)/T(1)$ below. So the app sizes every tree from
 this machine's curve: a node is kept only while the tokens it is expected to add (its path's draft probability)
 outweigh what one more token in the pass costs. The race tab draws each step's tree."""
