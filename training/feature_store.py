@@ -71,7 +71,7 @@ def _resident(rows: np.memmap, used: int) -> np.ndarray:
 
 
 def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Sequence:
-    """The sequence with features read from the map when a batch uses them (nothing is loaded here)."""
+    """The sequence with features as a view of the rows (in memory, or read from the map when a batch uses them)."""
     stored = torch.from_numpy(rows)
     if not fused:
         return Sequence(sequence.tokens, sequence.prompt_length, stored)
