@@ -229,7 +229,7 @@ def _depth_mask(width: int, depth: int, dtype: torch.dtype, device: torch.device
 
 def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> tuple[torch.Tensor, list[float]]:
     """The EAGLE loss summed over depths, and each depth's top-1 agreement with the target's argmax."""
-    tokens, features, targets, mask = collate(batch, head.feature_scale.device)
+    tokens, features, targets, mask = collate(batch, head.device)
     width = tokens.shape[1] - 2
     real_next = targets[:, 1 : width + 1][mask]  # [M, H] the target's last hidden state where each entry predicts
     with torch.no_grad():
@@ -259,7 +259,7 @@ def heldout_agreement(head: EagleHead, sequences: list[Sequence], settings: Sett
     hits = [0] * settings.depth
     count = 0
     for batch in batches(sequences, settings.batch_tokens, random.Random(0)):
-        tokens, features, targets, mask = collate(batch, head.feature_scale.device)
+        tokens, features, targets, mask = collate(batch, head.device)
         width = tokens.shape[1] - 2
         real_next = targets[:, 1 : width + 1][mask]
         target_ids = head.target_argmax(real_next)
@@ -291,7 +291,7 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, total_steps))
     state = {"step": 0, "tokens": 0, "curve": []}
     if checkpoint.is_file():
-        saved = torch.load(checkpoint, weights_only=False, map_location=head.feature_scale.device)
+        saved = torch.load(checkpoint, weights_only=False, map_location=head.device)
         if saved["settings"] == asdict(settings):
             head.load_state_dict(saved["head"])
             optimizer.load_state_dict(saved["optimizer"])
@@ -301,7 +301,7 @@ def train(
     eval_every = max(1, steps_per_epoch // settings.evals_per_epoch)
     progress = tqdm(total=total_steps, initial=state["step"], desc="training draft head", unit="step")
     recent: list[float] = []
-    device = head.feature_scale.device
+    device = head.device
     dtype = training_dtype(settings, device)
     while state["step"] < total_steps:
         epoch, index = divmod(state["step"], steps_per_epoch)

@@ -159,6 +159,11 @@ class EagleHead(nn.Module):
         self.to(device=target.device, dtype=dtype)
 
     @property
+    def device(self) -> torch.device:
+        """The target's device: the head reads the target's embedding there."""
+        return self.feature_scale.device
+
+    @property
     def draft_lm_head(self) -> nn.Sequential:
         """The target's lm_head rows of the draft vocabulary (one Linear): the head's own copy, which
         models.py gives the kernel measured fastest here, as it does the head's own linears."""
@@ -296,7 +301,7 @@ class EagleDrafter:
         self._pass_cost = pass_cost
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
-        self._device = head.feature_scale.device  # the target's: the head reads its embedding
+        self._device = head.device
         self._features = torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=self._device)
         self._draft_to_target = head.draft_to_target.cpu()
 
