@@ -77,11 +77,11 @@ No small model of SmolLM2-135M's family exists, so its draft is a learned **draf
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
 frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to prompts the target wrote itself
-(500k answer tokens of the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
+(1M answer tokens of the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
-lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 8-51% of the
-time by category (0.32 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
+lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 14-55% of the
+time by category (0.37 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
 copies a span, the lookup drafts alone and longer (up to 16 tokens); where the head's passes earn less than they
 cost (translation, for this head), it rests and is tried again every 8 steps."""
 
