@@ -301,8 +301,7 @@ class EagleDrafter:
         self._pass_cost = pass_cost
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
-        self._device = head.device
-        self._features = torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=self._device)
+        self._features = torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=head.device)
         self._draft_to_target = head.draft_to_target.cpu()
 
     @property
@@ -316,7 +315,7 @@ class EagleDrafter:
         """The target's features [n, F] (feature_layers side by side) for positions start..start+n-1 of its
         latest pass, kept as the head reads them."""
         with torch.inference_mode():
-            read = self.head.input_features(features.to(self._device))
+            read = self.head.input_features(features.to(self.head.device))
         self._features = torch.cat([self._features[:start], read])
 
     @torch.inference_mode()
@@ -412,9 +411,10 @@ class EagleDrafter:
     def _run(self, features: torch.Tensor, tokens: list[int], positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Appends len(tokens) entries at the given positions to the head cache; their predictions [n, H].
         mask: [n, cached + n] bool (True = attend), or None for one entry that sees everything."""
-        additive = None if mask is None else additive_mask(mask, features.dtype).to(self._device)
-        ids = torch.tensor([tokens], device=self._device)
-        out = self.head(features[None], ids, positions[None].to(self._device), self._cache, additive)
+        device = self.head.device
+        additive = None if mask is None else additive_mask(mask, features.dtype).to(device)
+        ids = torch.tensor([tokens], device=device)
+        out = self.head(features[None], ids, positions[None].to(device), self._cache, additive)
         return out[0]
 
     def _full_vocab(self, draft_logits: torch.Tensor) -> torch.Tensor:
