@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from specdec_core import SpecStep, expected_speedup, expected_tokens_per_step
 from specdec_core.drafters.tree import depths
-from specdec_core.tuning import CostCurve
+from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 
 from .race import Race
 from .views import draft_q
@@ -125,10 +125,15 @@ def theory_figure(a: float, c: float, k: int, measured: Race | None, curve: Cost
 
 
 def cost_curve_figure(curve: CostCurve) -> go.Figure:
-    """T(n)/T(1): what one target pass over n tokens costs against a single-token pass, measured here."""
+    """T(n)/T(1): what one target pass over n tokens costs against a single-token pass, measured here
+    behind a short context and (where measured) a long one, where attention makes wide passes dearer."""
     widths = list(range(1, len(curve.seconds) + 1))
     fig = go.Figure()
-    fig.add_scatter(x=widths, y=curve.ratios, mode="lines+markers", name="measured on this machine", line_color=COLORS["spec"])
+    fig.add_scatter(x=widths, y=curve.ratios, mode="lines+markers", name=f"measured here, {CONTEXT_TOKENS} tokens cached",
+                    line_color=COLORS["spec"])
+    if curve.long_seconds is not None:
+        fig.add_scatter(x=widths, y=curve.at(LONG_CONTEXT_TOKENS).ratios, mode="lines+markers",
+                        name=f"measured here, {LONG_CONTEXT_TOKENS:,} tokens cached", line_color=COLORS["custom"])
     fig.add_scatter(x=widths, y=[1.0] * len(widths), mode="lines", line_dash="dot", line_color=COLORS["plain"],
                     name="ideal: as cheap as one token")
     fig.update_xaxes(title_text="tokens in one target pass (k + 1)", dtick=2)

@@ -57,8 +57,10 @@ Move the sliders, then compare with the star: the speedup measured in your last 
 MACHINE_INTRO = """### This machine's costs
 Every cost here is measured on the machine the app runs on, when a model first loads (a few seconds, then cached
 per CPU model, instruction set, thread count and library versions): which matrix kernels are fastest, what a
-target pass over $n$ tokens costs against one token, and one draft pass of each drafter ($c$). Adaptive $k$ plans
-with the same curve. Numbers from another machine would be wrong here: CPUs with AVX-512 BF16 run bfloat16
+target pass over $n$ tokens costs against one token, and one draft pass of each drafter ($c$). The curve is measured
+behind a short context and a long one: a pass's attention reads every cached token for each new one, so behind a long
+prompt (a passage to summarize) a wide pass costs more, and adaptive $k$, trees and the hybrid read the curve at each
+step's context length. Numbers from another machine would be wrong here: CPUs with AVX-512 BF16 run bfloat16
 through oneDNN, AVX2-only CPUs cannot, and wider passes cost more on some CPUs than on others."""
 
 STEP_INTRO = """### One step, taken apart

@@ -35,7 +35,7 @@ from specdec_core import (
 from specdec_core.machine import this_machine
 from specdec_core.drafters import DRAFT_NGRAM
 from specdec_core.models import default_dtype
-from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
+from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, draft_pass, measured_cost_ratio, tuning_of
 
 from . import charts, views
 from .presets import DRAFT_LABELS, PRESETS, default_target
@@ -127,9 +127,13 @@ def machine_view(last: dict | None) -> tuple[str, object]:
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
         f"- target linears: {tuning.kernels.describe()}",
-        f"- one target pass: {1000 * curve.seconds[0]:.1f} ms for 1 token; T(5)/T(1) = {curve.ratio(5):.2f}, "
-        f"T(9)/T(1) = {curve.ratio(9):.2f}, T(17)/T(1) = {curve.ratio(17):.2f}",
+        f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; "
+        f"T(5)/T(1) = {curve.ratio(5):.2f}, T(9)/T(1) = {curve.ratio(9):.2f}, T(17)/T(1) = {curve.ratio(17):.2f}",
     ]
+    if curve.long_seconds is not None:  # trees, the hybrid and the adaptive k read the curve at each step's context
+        long = curve.at(LONG_CONTEXT_TOKENS)
+        lines.append(f"- behind {LONG_CONTEXT_TOKENS:,} cached tokens: {1000 * long.seconds[0]:.1f} ms for 1 token; "
+                     f"T(5)/T(1) = {long.ratio(5):.2f}, T(9)/T(1) = {long.ratio(9):.2f}, T(17)/T(1) = {long.ratio(17):.2f}")
     preset = next((p for p in PRESETS if p.target == target), None)
     for drafter in preset.drafts if preset else ():
         measured = draft_pass(target, drafter)

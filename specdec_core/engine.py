@@ -20,14 +20,11 @@ from .drafters.base import Draft, Drafter
 from .errors import SpecDecError
 from .events import Event, Finished, PlainStep, SpecStep, Step
 from .kv_cache import CachedModel
+from .limits import context_window
 from .sampling import Sampler
 from .schedule import make_schedule
 from .stats import summarize
 from .tuning import cost_curve
-
-
-def context_window(model: PreTrainedModel) -> int:
-    return int(getattr(model.config, "max_position_embeddings", 0) or 2048)
 
 
 class _Run:
@@ -159,7 +156,7 @@ def speculative(
     drafter.begin(run.target)
     while run.stop_reason is None:
         # k <= remaining - 1 so that accepted drafts plus the bonus token never exceed the budget.
-        k = min(schedule.next(), run.remaining - 1)
+        k = min(schedule.next(len(run.context)), run.remaining - 1)
         step = _speculative_step(run, drafter, k) if k > 0 else run.plain_step()
         schedule.update(step)
         yield run.record(step)

@@ -4,8 +4,19 @@ Both protect a shared 2-vCPU Space (generation time grows with the tokens asked 
 time with the prompt's length); the environment overrides them for a private machine.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 MAX_NEW_TOKENS = int(os.environ.get("SPECDEC_MAX_NEW_TOKENS", "256"))
 # Long enough for a Spec-Bench summarization article (~5,200 characters, about 1,300 tokens).
 MAX_PROMPT_CHARS = int(os.environ.get("SPECDEC_MAX_PROMPT_CHARS", "8000"))
+
+
+def context_window(model: PreTrainedModel) -> int:
+    """The most positions the model reads: a prompt and its answer together."""
+    return int(getattr(model.config, "max_position_embeddings", 0) or 2048)

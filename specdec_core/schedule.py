@@ -13,15 +13,15 @@ from typing import Protocol
 from .config import DraftConfig
 from .events import PlainStep, Step
 from .theory import expected_tokens_per_step
-from .tuning import CostCurve
+from .tuning import CONTEXT_TOKENS, CostCurve
 
 
 ADAPTIVE_LONGEST = 16  # drafts that always agree (self-drafts) want long k; the cost model stops it there
 
 
 class DraftLength(Protocol):
-    def next(self) -> int:
-        """Tokens to draft in the coming step; 0 means a plain target step (no drafting at all)."""
+    def next(self, context_tokens: int = CONTEXT_TOKENS) -> int:
+        """Tokens to draft in the coming step, the context that long; 0 means a plain target step (no drafting at all)."""
         ...
 
     def update(self, step: Step) -> None: ...
@@ -31,7 +31,7 @@ class FixedDraftLength:
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def next(self) -> int:
+    def next(self, context_tokens: int = CONTEXT_TOKENS) -> int:
         return self.k
 
     def update(self, step: Step) -> None:
@@ -63,7 +63,8 @@ class AdaptiveDraftLength:
         self.k = max(start, shortest)
         self.longest = longest
         self.shortest = shortest
-        self._curve = verify_costs
+        self._all_contexts = verify_costs
+        self._curve = verify_costs  # read at the latest context's length
         self._single_pass_seconds: float | None = None  # T(1) of this run, from passes of any width via the curve
         self._judged = 0.0  # draft tokens the target ruled on: the accepted ones plus the first rejected
         self._accepted = 0.0
@@ -80,7 +81,9 @@ class AdaptiveDraftLength:
         look like a bad draft (the maximum-likelihood estimate under the geometric model)."""
         return self._accepted / self._judged if self._judged else 0.0
 
-    def next(self) -> int:
+    def next(self, context_tokens: int = CONTEXT_TOKENS) -> int:
+        if self._all_contexts is not None:
+            self._curve = self._all_contexts.at(context_tokens)
         if self.k > 0:
             return self.k
         self._plain_steps += 1

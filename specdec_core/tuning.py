@@ -27,6 +27,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .cpu_kernels import PACKED, STOCK, KernelPlan, onednn_supports, set_kernel_plan
 from .lean_pass import is_lean, run_pass
+from .limits import context_window
 from .machine import this_machine
 from .sources import cache_dir
 
@@ -34,14 +35,20 @@ log = logging.getLogger(__name__)
 
 LONGEST_VERIFICATION = 17  # the cost curve covers passes of 1..17 tokens (k up to 16)
 CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of an answer
+# ... and behind a long prompt (a passage to summarize, a RAG context): a pass's attention reads every cached
+# token for each new one, so a wide pass costs relatively more there (SmolLM2-135M, 2-core AMD EPYC: T(7)/T(1)
+# 1.12 behind 160 tokens, 1.33 behind 1,200), and a tree sized by the short curve lost to the chain on long prompts.
+LONG_CONTEXT_TOKENS = 1024
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
 
 
 @dataclass(frozen=True, slots=True)
 class CostCurve:
-    """seconds[n - 1]: one target pass over n new tokens with CONTEXT_TOKENS cached (medians)."""
+    """seconds[n - 1]: one target pass over n new tokens with CONTEXT_TOKENS cached (medians);
+    long_seconds: the same with LONG_CONTEXT_TOKENS cached, where measured."""
 
     seconds: tuple[float, ...]
+    long_seconds: tuple[float, ...] | None = None
 
     def ratio(self, tokens: int) -> float:
         """T(n) / T(1); beyond the measured widths, the widest (an underestimate, stated in the UI)."""
@@ -50,6 +57,14 @@ class CostCurve:
     @property
     def ratios(self) -> list[float]:
         return [self.ratio(n) for n in range(1, len(self.seconds) + 1)]
+
+    def at(self, context: int) -> CostCurve:
+        """The curve with `context` tokens cached: linear in the context between the two measured and beyond
+        (attention's cost is), the short one up to CONTEXT_TOKENS or where no long one was measured."""
+        if self.long_seconds is None or context <= CONTEXT_TOKENS:
+            return self
+        weight = (context - CONTEXT_TOKENS) / (LONG_CONTEXT_TOKENS - CONTEXT_TOKENS)
+        return CostCurve(tuple(_non_decreasing([short + weight * (long - short) for short, long in zip(self.seconds, self.long_seconds)])))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,27 +185,37 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
     dtype = next(model.parameters()).dtype
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
-                "pass": "lean" if is_lean(model) else "transformers"}
+                "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS]}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
         kernels = _time_kernels(model) if on_cpu and onednn_supports(dtype) else {}
         plan = _plan_from(kernels)
         set_kernel_plan(model, plan)
-        return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": _non_decreasing(_time_widths(model, range(1, LONGEST_VERIFICATION + 1), REPEATS))}
+        widths = range(1, LONGEST_VERIFICATION + 1)
+        short = _non_decreasing(_time_widths(model, widths, REPEATS, CONTEXT_TOKENS))
+        if context_window(model) < LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:  # a tiny test model
+            return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": short, "long_curve": None}
+        long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS))
+        # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
+        return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": short,
+                "long_curve": [max(s, t) for s, t in zip(short, long)]}
 
     result, from_disk = cached("target", identity, measure)
     plan = KernelPlan(*result["plan"])
     set_kernel_plan(model, plan)
     choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-17", result["kernels"],
                     "read from the tuning cache" if from_disk else "measured now")
-    tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"])))
+    long = result["long_curve"]
+    tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long) if long else None))
     _tunings[model] = tuning
     if served:
         _tunings_by_source[(name, str(dtype))] = tuning
     curve = tuning.curve
-    log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f", name, this_machine().kind,
-             choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17))
+    long = curve.at(LONG_CONTEXT_TOKENS)
+    log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f behind %d tokens, %.2f, %.2f, %.2f behind %d",
+             name, this_machine().kind, choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17), CONTEXT_TOKENS,
+             long.ratio(5), long.ratio(9), long.ratio(17), LONG_CONTEXT_TOKENS)
     return tuning
 
 
@@ -216,13 +241,13 @@ def _plan_from(kernels: dict[str, float]) -> KernelPlan:
 
 
 @torch.inference_mode()
-def _time_widths(model: PreTrainedModel, widths, repeats: int) -> list[float]:
-    """Median seconds of one pass over n new tokens, per n in widths, behind CONTEXT_TOKENS cached ones."""
+def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: int = CONTEXT_TOKENS) -> list[float]:
+    """Median seconds of one pass over n new tokens, per n in widths, behind context_tokens cached ones."""
     widths = list(widths)
     cache = DynamicCache(config=model.config)
     generator = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
-    context = torch.randint(vocab, (1, CONTEXT_TOKENS), generator=generator, device=model.device)
+    context = torch.randint(vocab, (1, context_tokens), generator=generator, device=model.device)
     run_pass(model, context, cache)
     new = torch.randint(vocab, (1, max(widths)), generator=generator, device=model.device)
 

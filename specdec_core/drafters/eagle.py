@@ -390,15 +390,16 @@ class EagleDrafter:
                 add_children(node, qs[row], log_scores[node])
             new = range(first_new, len(tokens))
             frontier = sorted(new, key=lambda n: -log_scores[n])[:width]
-        return self._best_nodes(tokens, parents, log_scores, confidence, passes=depth)
+        return self._best_nodes(tokens, parents, log_scores, confidence, passes=depth, context=real_end + 1)
 
-    def _best_nodes(self, tokens, parents, log_scores, confidence, passes: int) -> tuple:
-        """The nodes worth verifying on this machine (tree.choose_size), parents first."""
+    def _best_nodes(self, tokens, parents, log_scores, confidence, passes: int, context: int) -> tuple:
+        """The nodes worth verifying on this machine behind `context` tokens (tree.choose_size), parents first."""
         # Best first; a child never outscores its parent, and depth breaks ties, so any prefix is a tree.
         depth = depths(tuple(parents))
         ranked = sorted(range(len(tokens)), key=lambda n: (-log_scores[n], depth[n]))
         scores = [math.exp(log_scores[n]) for n in ranked]
-        count = choose_size(scores, self._verify_costs, passes * self._pass_cost, self.tree.longest)
+        curve = self._verify_costs.at(context) if self._verify_costs else None
+        count = choose_size(scores, curve, passes * self._pass_cost, self.tree.longest)
         kept = sorted(ranked[:count], key=lambda n: (depth[n], n))
         index = {node: i for i, node in enumerate(kept)}
         kept_parents = tuple(-1 if parents[n] < 0 else index[parents[n]] for n in kept)

@@ -89,9 +89,10 @@ class HybridDrafter:
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
-        copying = self._learn(context)
+        curve = self._curve.at(len(context)) if self._curve else None  # wide passes cost more behind a long context
+        copying = self._learn(context, curve)
         self._drafted_at = len(context)
-        self._guess = guess = self.lookup.propose(context, self._length(k), sampler).tokens
+        self._guess = guess = self.lookup.propose(context, self._length(k, curve), sampler).tokens
         if (copying and guess) or not self._head_pays():
             self._head_step = None
             self._without_head += 1
@@ -106,17 +107,17 @@ class HybridDrafter:
         self._accepted = accepted_count
         self.head.observe(accepted_count)
 
-    def _learn(self, context: list[int]) -> bool:
+    def _learn(self, context: list[int], curve: CostCurve | None) -> bool:
         """Scores the last step's lookup guess and head; True when the guess was accepted whole (the text is copying)."""
         # The accepted nodes' tokens follow the context they were drafted after (plain steps of an adaptive
         # k may have come since, without an observe).
         path = context[self._drafted_at : self._drafted_at + self._accepted]
         copied = next((n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess)))
-        if self._head_step is not None and self._curve is not None:
+        if self._head_step is not None and curve is not None:
             nodes, passes = self._head_step
-            cost = self._curve.ratio(nodes + 1) + passes * self._head_pass_cost
+            cost = curve.ratio(nodes + 1) + passes * self._head_pass_cost
             self._with = [HEAD_DECAY * self._with[0] + self._accepted + 1, HEAD_DECAY * self._with[1] + cost]
-            self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + self._curve.ratio(len(self._guess) + 1)]
+            self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + curve.ratio(len(self._guess) + 1)]
         if not self._guess:
             return False
         whole = copied == len(self._guess)
@@ -128,12 +129,12 @@ class HybridDrafter:
         with_rate, without_rate = self._with[0] / self._with[1], self._without[0] / self._without[1]
         return with_rate >= without_rate or self._without_head >= self.PROBE_EVERY
 
-    def _length(self, k: int) -> int:
+    def _length(self, k: int, curve: CostCurve | None) -> int:
         """The lookup guess's length: the most expected tokens per unit of verification cost, at least k."""
-        if self._curve is None or not self._judged:
+        if curve is None or not self._judged:
             return k
         a = self._agreed / self._judged
-        return max(range(k, self.LONGEST_LOOKUP + 1), key=lambda n: expected_speedup(a, n, 0.0, self._curve.ratio(n + 1)))
+        return max(range(k, self.LONGEST_LOOKUP + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1)))
 
 
 def _merge(guess: tuple[int, ...], tree: Draft, passes: int, seconds: float) -> Draft:

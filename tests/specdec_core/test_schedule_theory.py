@@ -24,12 +24,13 @@ def spec_step(drafted: int, accepted: int, draft_seconds: float, verify_seconds:
                     (1.0,) * drafted, 0, 0.5, tokens[:accepted] + (0,), drafted, draft_seconds, verify_seconds)
 
 
-def k_after_accepting_everything(schedule: AdaptiveDraftLength, draft_pass_seconds: float) -> int:
-    """The k chosen after 10 steps whose drafts were all accepted, with a verify pass of 0.05 s for any k."""
+def k_after_accepting_everything(schedule: AdaptiveDraftLength, draft_pass_seconds: float, context: int = 100) -> int:
+    """The k chosen after 10 steps whose drafts were all accepted, with a verify pass of 0.05 s for any k,
+    behind `context` tokens."""
     for _ in range(10):
-        k = schedule.next()
+        k = schedule.next(context)
         schedule.update(spec_step(k, k, draft_seconds=draft_pass_seconds * k, verify_seconds=0.05))
-    return schedule.next()
+    return schedule.next(context)
 
 
 def test_adaptive_grows_when_drafts_are_cheap_and_accepted():
@@ -73,6 +74,14 @@ def test_adaptive_reads_the_machines_verification_cost_curve():
     k_flat = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=flat), 0.004)
     k_steep = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=steep), 0.004)
     assert k_steep < k_flat
+
+
+def test_adaptive_reads_the_curve_at_the_contexts_length():
+    """Flat behind a short context, steep behind a long one: the same run drafts shorter behind the long one."""
+    curve = CostCurve(tuple(0.05 for _ in range(17)), tuple(0.05 * (1 + 0.25 * n) for n in range(17)))
+    k_short = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=curve), 0.004, context=100)
+    k_long = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=curve), 0.004, context=2000)
+    assert k_long < k_short
 
 
 def test_a_self_gating_drafters_k_never_reaches_zero_and_ignores_steps_without_draft_passes():

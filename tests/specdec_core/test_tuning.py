@@ -24,6 +24,19 @@ def test_cost_curve_ratios_start_at_one_and_clamp_past_the_widest():
     assert curve.ratio(1) == 1.0 and curve.ratio(3) == pytest.approx(1.6) and curve.ratio(40) == curve.ratio(3)
 
 
+def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_one_and_beyond():
+    short, long = (0.050, 0.050, 0.060), (0.060, 0.072, 0.096)
+    curve = CostCurve(short, long)
+    assert curve.at(tuning.CONTEXT_TOKENS) == curve.at(10) == curve  # no shorter curve was measured
+    assert curve.at(tuning.LONG_CONTEXT_TOKENS).seconds == pytest.approx(long)
+    middle = (tuning.CONTEXT_TOKENS + tuning.LONG_CONTEXT_TOKENS) // 2
+    assert curve.at(middle).ratio(3) == pytest.approx(0.078 / 0.055, rel=1e-2)  # halfway: (0.060 + 0.096) / (0.050 + 0.060)
+    far = curve.at(2 * tuning.LONG_CONTEXT_TOKENS)
+    assert far.ratio(3) > curve.at(tuning.LONG_CONTEXT_TOKENS).ratio(3) > curve.ratio(3)  # wide passes dearer with context
+    assert far.ratios == sorted(far.ratios)
+    assert CostCurve(short).at(5000) == CostCurve(short)  # nothing measured behind a long context: the short curve
+
+
 def test_plan_takes_the_faster_kernel_per_width():
     timed = {"packed x1": 0.05, "stock x1": 0.06, "packed x5": 0.09, "stock x5": 0.07}
     assert _plan_from(timed) == KernelPlan(PACKED, STOCK)
@@ -50,6 +63,16 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
     assert json.loads(saved.read_text())["machine"]["avx2_forced"] == (cpu_path == "avx2")
     again = tune_target(tiny_llama(seed=3), "tiny")
     assert again.kernels.note == "read from the tuning cache" and again.curve == first.curve and again.plan == first.plan
+    assert first.curve.long_seconds is None  # its window cannot hold the long context
+
+
+def test_target_tuning_measures_behind_a_long_context_where_the_window_holds_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
+    model = tiny_llama(seed=3, window=2048)
+    curve = tune_target(model, "tiny, long window").curve
+    assert len(curve.long_seconds) == tuning.LONGEST_VERIFICATION
+    assert all(long >= short for short, long in zip(curve.seconds, curve.long_seconds))
+    assert curve.at(tuning.LONG_CONTEXT_TOKENS).ratios == sorted(curve.at(tuning.LONG_CONTEXT_TOKENS).ratios)
 
 
 def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_path, monkeypatch):

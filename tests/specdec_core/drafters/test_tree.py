@@ -139,6 +139,20 @@ def test_a_tree_sized_by_a_steep_cost_curve_is_smaller(target, head):
     assert sizes["steep"] < sizes["flat"]
 
 
+def test_a_tree_behind_a_long_context_is_sized_by_the_curve_measured_there(target, head):
+    """Flat behind a short context, steep behind a long one (attention reads the whole context per node)."""
+    flat = (0.01,) * 17
+    curve = CostCurve(flat, tuple(0.01 * (1 + 10 * n) for n in range(17)))
+    long_prompt = [(7 * i) % VOCAB for i in range(200)]  # past the short curve's 160 tokens, inside the window of 256
+    sizes = {}
+    for name, prompt, costs in (("short", PROMPT, curve), ("long", long_prompt, curve), ("long, flat", long_prompt, CostCurve(flat))):
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), verify_costs=costs, pass_cost=0.05)
+        steps = [e for e in speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=24), DraftConfig(k=3))
+                 if isinstance(e, SpecStep)]
+        sizes[name] = sum(s.drafted_count for s in steps) / len(steps)
+    assert sizes["long"] < sizes["long, flat"] and sizes["long"] < sizes["short"]
+
+
 @pytest.fixture(scope="module")
 def fused_head(target):
     """EAGLE-3's layout: both layers of the 2-layer target, fused."""
