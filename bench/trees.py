@@ -3,7 +3,7 @@ this machine's verification cost curve makes of them (greedy, realistic held-out
 
 Tokens per pass are exact (greedy decoding is deterministic); the speed is modelled, not timed:
 tokens per pass over the mean cost of a step in target passes, T(N + 1)/T(1) from the curve
-measured at load plus the head's passes times its c. That separates what a bigger tree buys from
+measured at load (read at each step's context length) plus the head's passes times its c. That separates what a bigger tree buys from
 what it costs here, the trade tree.choose_size makes at each step.
 """
 
@@ -44,13 +44,16 @@ def tree_report(args) -> dict:
     c = measured_cost_ratio(EMBEDDED_ID, target.model.dtype, DRAFT_EAGLE) or 0.0
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     for category, prompts in by_category("realistic", args.per_category).items():
-        steps: dict[str, list[SpecStep]] = {name: [] for name in SHAPES}
+        steps: dict[str, list[tuple[SpecStep, int]]] = {name: [] for name in SHAPES}  # each step with its context length
         for item in prompts:
             prompt = encode_prompt(target.tokenizer, item.text)
             for name, (shape, k, sized) in SHAPES.items():
                 drafter = EagleDrafter(head, name, shape, curve if sized else None, c)
-                events = speculative(target.model, drafter, prompt, GenerationConfig(max_new_tokens=args.tokens), DraftConfig(k=k), stops)
-                steps[name] += [e for e in events if isinstance(e, SpecStep)]
+                context = len(prompt)
+                for event in speculative(target.model, drafter, prompt, GenerationConfig(max_new_tokens=args.tokens), DraftConfig(k=k), stops):
+                    if isinstance(event, SpecStep):
+                        steps[name].append((event, context))
+                    context += len(getattr(event, "emitted_tokens", ()))
         rows[category] = {name: _tokens_and_cost(s, curve, c) for name, s in steps.items()}
         print(f"[{category}] " + ", ".join(f"{n} {t:.2f}/{t / cost:.2f}x" for n, (t, cost) in rows[category].items()), flush=True)
     mean = {name: {"tokens_per_pass": statistics.mean(r[name][0] for r in rows.values()),
@@ -61,8 +64,9 @@ def tree_report(args) -> dict:
             "categories": {cat: {n: {"tokens_per_pass": t, "step_cost": cost} for n, (t, cost) in r.items()} for cat, r in rows.items()}}
 
 
-def _tokens_and_cost(steps: list[SpecStep], curve, c: float) -> tuple[float, float]:
-    """Mean tokens per pass, and mean step cost in target passes (verification from the curve, drafting at c)."""
-    tokens = statistics.mean(s.accepted_count + 1 for s in steps)
-    cost = statistics.mean(curve.ratio(s.drafted_count + 1) + s.draft_passes * c for s in steps)
+def _tokens_and_cost(steps: list[tuple[SpecStep, int]], curve, c: float) -> tuple[float, float]:
+    """Mean tokens per pass, and mean step cost in target passes (verification from the curve at the step's
+    context length, drafting at c)."""
+    tokens = statistics.mean(s.accepted_count + 1 for s, _ in steps)
+    cost = statistics.mean(curve.at(context).ratio(s.drafted_count + 1) + s.draft_passes * c for s, context in steps)
     return tokens, cost
