@@ -25,9 +25,9 @@ def spec_step(drafted: int, accepted: int, draft_seconds: float, verify_seconds:
 
 
 def k_after_accepting_everything(schedule: AdaptiveDraftLength, draft_pass_seconds: float, context: int = 100) -> int:
-    """The k chosen after 10 steps whose drafts were all accepted, with a verify pass of 0.05 s for any k,
-    behind `context` tokens."""
-    for _ in range(10):
+    """The k chosen after 30 steps whose drafts were all accepted (the acceptance prior has faded), with a
+    verify pass of 0.05 s for any k, behind `context` tokens."""
+    for _ in range(30):
         k = schedule.next(context)
         schedule.update(spec_step(k, k, draft_seconds=draft_pass_seconds * k, verify_seconds=0.05))
     return schedule.next(context)
@@ -64,6 +64,17 @@ def test_adaptive_stops_drafting_when_everything_is_rejected_and_probes_rarely()
     probes = [i for i, k in enumerate(lengths) if k]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and len(probes) >= 2  # each failed probe waits longer
+
+
+def test_one_unlucky_first_draft_does_not_turn_drafting_off():
+    """A first draft refused at its first token (a = 0 by itself) against a prior that fades: the head keeps
+    drafting, while a draft refused step after step still turns off (the test above)."""
+    schedule = AdaptiveDraftLength(start=3, longest=8, verify_costs=CostCurve(tuple(0.05 for _ in range(17))))
+    schedule.update(PlainStep(1, 0.5, 0.05, (1,)))  # prefill
+    schedule.update(spec_step(3, 0, draft_seconds=0.030, verify_seconds=0.05))  # its time includes reading the prompt
+    schedule.update(spec_step(schedule.next(), 2, draft_seconds=0.003, verify_seconds=0.05))
+    assert schedule.next() > 0
+    assert 0.3 < schedule.acceptance_rate < 0.9
 
 
 def test_adaptive_reads_the_machines_verification_cost_curve():
