@@ -146,7 +146,7 @@ def machine_view(last: dict | None) -> tuple[str, object]:
     if trees:
         sizes = [step.drafted_count for step in trees]
         lines.append(f"- draft trees of your last race: {len(trees)} steps, {min(sizes)}-{max(sizes)} nodes "
-                     f"(mean {sum(sizes) / len(sizes):.1f}), sized by this curve: a node stays while its path's draft "
+                     f"(mean {sum(sizes) / len(sizes):.1f}), sized by the curve at each step's context: a node stays while its path's draft "
                      "probability adds more expected tokens than one more token in the pass costs")
     return "\n".join(lines), charts.cost_curve_figure(curve)
 

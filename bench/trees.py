@@ -3,8 +3,8 @@ this machine's verification cost curve makes of them (greedy, realistic held-out
 
 Tokens per pass are exact (greedy decoding is deterministic); the speed is modelled, not timed:
 tokens per pass over the mean cost of a step in target passes, T(N + 1)/T(1) from the curve
-measured at load (read at each step's context length) plus the head's passes times its c. That separates what a bigger tree buys from
-what it costs here, the trade tree.choose_size makes at each step.
+measured at load (read at each step's context length) plus the head's passes times its c. That
+separates what a bigger tree buys from what it costs here, the trade tree.choose_size makes at each step.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, eagle_head
 from specdec_core.engine import speculative
 from specdec_core.eval_sets import by_category
-from specdec_core.events import SpecStep
+from specdec_core.events import PlainStep, SpecStep
 from specdec_core.machine import this_machine
 from specdec_core.models import load_model
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.tuning import cost_curve, measured_cost_ratio
+from specdec_core.tuning import cost_curve, draft_cost_at, measured_cost_ratio
 
 # name -> (tree shape or None for a chain, depth k, sized by the cost curve?)
 SHAPES = {
@@ -53,7 +53,8 @@ def tree_report(args) -> dict:
                 for event in speculative(target.model, drafter, prompt, GenerationConfig(max_new_tokens=args.tokens), DraftConfig(k=k), stops):
                     if isinstance(event, SpecStep):
                         steps[name].append((event, context))
-                    context += len(getattr(event, "emitted_tokens", ()))
+                    if isinstance(event, (PlainStep, SpecStep)):
+                        context += len(event.emitted_tokens)
         rows[category] = {name: _tokens_and_cost(s, curve, c) for name, s in steps.items()}
         print(f"[{category}] " + ", ".join(f"{n} {t:.2f}/{t / cost:.2f}x" for n, (t, cost) in rows[category].items()), flush=True)
     mean = {name: {"tokens_per_pass": statistics.mean(r[name][0] for r in rows.values()),
@@ -68,5 +69,8 @@ def _tokens_and_cost(steps: list[tuple[SpecStep, int]], curve, c: float) -> tupl
     """Mean tokens per pass, and mean step cost in target passes (verification from the curve at the step's
     context length, drafting at c)."""
     tokens = statistics.mean(s.accepted_count + 1 for s, _ in steps)
-    cost = statistics.mean(curve.at(context).ratio(s.drafted_count + 1) + s.draft_passes * c for s, context in steps)
-    return tokens, cost
+    def step_cost(step: SpecStep, context: int) -> float:
+        here = curve.at(context)
+        return here.ratio(step.drafted_count + 1) + step.draft_passes * draft_cost_at(c, curve, here)
+
+    return tokens, statistics.mean(step_cost(s, context) for s, context in steps)

@@ -1,7 +1,8 @@
 """What one run may ask for, defined once: the engine refuses more, the app shows the same numbers.
 
-Both protect a shared 2-vCPU Space (generation time grows with the tokens asked for, prefill
-time with the prompt's length); the environment overrides them for a private machine.
+The two limits protect a shared 2-vCPU Space (generation time grows with the tokens asked for, prefill
+time with the prompt's length); the environment overrides them for a private machine. A model's own
+context window bounds every run as well.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Draft length per step: fixed, or adaptive so that text the draft cannot predict costs little.
 
 The adaptive schedule picks the k that the theory says is fastest, using what it has measured
-in this run: the acceptance rate a, the time of one draft pass, and the time of a target pass
-over n tokens. On a GPU a pass over 5 tokens costs about as much as one; on a CPU it does not,
+in this run: the acceptance rate a (from a prior that fades), the time of one draft pass, and the
+time of a target pass over n tokens at the context's length. On a GPU a pass over 5 tokens costs about as much as one; on a CPU it does not,
 so the measured cost per n is used rather than the textbook 'verification is free'.
 """
 
@@ -21,7 +21,8 @@ ADAPTIVE_LONGEST = 16  # drafts that always agree (self-drafts) want long k; the
 
 class DraftLength(Protocol):
     def next(self, context_tokens: int = CONTEXT_TOKENS) -> int:
-        """Tokens to draft in the coming step, the context that long; 0 means a plain target step (no drafting at all)."""
+        """Tokens to draft in the coming step; 0 means a plain target step (no drafting at all).
+        context_tokens: the context's length before the step, where the cost curve is read."""
         ...
 
     def update(self, step: Step) -> None: ...
@@ -45,7 +46,7 @@ class AdaptiveDraftLength:
     expected seconds(k)   = k * draft pass time + target pass time over k + 1 tokens
 
     Target pass times come from this machine's verification cost curve (tuning.py, measured at
-    load) scaled by the passes of this run. Without a curve (a model loaded some other way), a pass
+    load, read at each step's context length) scaled by the passes of this run. Without a curve (a model loaded some other way), a pass
     width not measured yet is taken as the cheapest one measured, an optimistic guess that makes
     each k get tried. At k = 0 the draft is not run at all, which is what
     protects creative text; after `probe_wait` plain steps one token is drafted again to see
@@ -67,13 +68,14 @@ class AdaptiveDraftLength:
         self.k = max(start, shortest)
         self.longest = longest
         self.shortest = shortest
-        self._all_contexts = verify_costs
-        self._curve = verify_costs  # read at the latest context's length
+        self._measured_curve = verify_costs
+        self._curve_here = verify_costs  # the measured curve read at the latest context's length
         self._single_pass_seconds: float | None = None  # T(1) of this run, from passes of any width via the curve
-        self._judged = self.PRIOR_JUDGED  # draft tokens the target ruled on: the accepted ones plus the first rejected
+        # Decayed draft tokens the target ruled on (the accepted ones plus the first rejected) and accepted, from the prior on.
+        self._judged = self.PRIOR_JUDGED
         self._accepted = self.PRIOR_ACCEPTED
         self._draft_pass_seconds: float | None = None
-        self._drafted = False  # whether a draft was timed: the first also reads the whole prompt (a head's prefill)
+        self._seen_first_draft = False  # the first draft also reads the whole prompt (a head's prefill): its time is not a pass's
         self._target_pass_seconds: dict[int, float] = {}  # tokens in the pass -> seconds
         self._probe_wait = self.FIRST_PROBE_WAIT
         self._plain_steps = 0
@@ -83,12 +85,12 @@ class AdaptiveDraftLength:
     def acceptance_rate(self) -> float:
         """Per-token acceptance, counting only tokens the target ruled on: drafts after the first
         rejection were never judged, and counting them as rejected would make one unlucky step
-        look like a bad draft (the maximum-likelihood estimate under the geometric model)."""
-        return self._accepted / self._judged if self._judged else 0.0
+        look like a bad draft (the geometric model's estimate, smoothed by the fading prior)."""
+        return self._accepted / self._judged
 
     def next(self, context_tokens: int = CONTEXT_TOKENS) -> int:
-        if self._all_contexts is not None:
-            self._curve = self._all_contexts.at(context_tokens)
+        if self._measured_curve is not None:
+            self._curve_here = self._measured_curve.at(context_tokens)
         if self.k > 0:
             return self.k
         self._plain_steps += 1
@@ -109,10 +111,10 @@ class AdaptiveDraftLength:
         self._judged = self.DECAY * self._judged + step.accepted_count + (step.rejected_token is not None)
         self._accepted = self.DECAY * self._accepted + step.accepted_count
         # A probe's draft first catches up on the plain steps, and the first draft on the prompt: no per-pass cost.
-        if not probing and self._drafted:
+        if not probing and self._seen_first_draft:
             per_pass = step.draft_seconds / max(step.draft_passes, 1)
             self._draft_pass_seconds = self._ema(self._draft_pass_seconds, per_pass)
-        self._drafted = True
+        self._seen_first_draft = True
         self.k = self._best_k()
         if probing:
             self._plain_steps = 0
@@ -138,14 +140,14 @@ class AdaptiveDraftLength:
         return next(k for k, rate in rates.items() if rate * self.MIN_GAIN >= best)
 
     def _target_seconds(self, tokens: int) -> float:
-        if self._curve is not None:
-            return self._single_pass_seconds * self._curve.ratio(tokens)
+        if self._curve_here is not None:
+            return self._single_pass_seconds * self._curve_here.ratio(tokens)
         return self._target_pass_seconds.get(tokens, min(self._target_pass_seconds.values()))
 
     def _learn_target_cost(self, tokens: int, seconds: float) -> None:
         self._target_pass_seconds[tokens] = self._ema(self._target_pass_seconds.get(tokens), seconds)
-        if self._curve is not None:
-            self._single_pass_seconds = self._ema(self._single_pass_seconds, seconds / self._curve.ratio(tokens))
+        if self._curve_here is not None:
+            self._single_pass_seconds = self._ema(self._single_pass_seconds, seconds / self._curve_here.ratio(tokens))
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else self.DECAY * old + (1 - self.DECAY) * new

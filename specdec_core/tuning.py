@@ -45,7 +45,8 @@ REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits eve
 @dataclass(frozen=True, slots=True)
 class CostCurve:
     """seconds[n - 1]: one target pass over n new tokens with CONTEXT_TOKENS cached (medians);
-    long_seconds: the same with LONG_CONTEXT_TOKENS cached, where measured."""
+    long_seconds: the same with LONG_CONTEXT_TOKENS cached, where measured. A curve from at(context) holds
+    the seconds at that context alone."""
 
     seconds: tuple[float, ...]
     long_seconds: tuple[float, ...] | None = None
@@ -62,7 +63,7 @@ class CostCurve:
         """The curve with `context` tokens cached: linear in the context between the two measured and beyond
         (attention's cost is), the short one up to CONTEXT_TOKENS or where no long one was measured."""
         if self.long_seconds is None or context <= CONTEXT_TOKENS:
-            return self
+            return CostCurve(self.seconds)
         weight = (context - CONTEXT_TOKENS) / (LONG_CONTEXT_TOKENS - CONTEXT_TOKENS)
         return CostCurve(tuple(_non_decreasing([short + weight * (long - short) for short, long in zip(self.seconds, self.long_seconds)])))
 
@@ -114,6 +115,12 @@ def record_draft_pass(target_source: str, drafter: str, seconds: float, how: str
 def draft_pass(target_source: str, drafter: str) -> tuple[float, str] | None:
     """(seconds of one draft pass, how the drafter runs) measured at load; None before."""
     return _draft_passes.get((target_source, drafter))
+
+
+def draft_cost_at(c: float, curve: CostCurve, here: CostCurve) -> float:
+    """c (a draft pass over a one-token target pass behind CONTEXT_TOKENS) in one-token target passes at the
+    context of `here` (curve.at(context)): the target's pass grows with the context, so c in its units shrinks."""
+    return c * curve.seconds[0] / here.seconds[0]
 
 
 def measured_cost_ratio(target_source: str, target_dtype: torch.dtype, drafter: str) -> float | None:
@@ -178,7 +185,8 @@ def _busy() -> bool:
 
 
 def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> TargetTuning:
-    """Picks packed or stock linears for 1 and for several tokens, then measures T(n) for n = 1..17 with them.
+    """Picks packed or stock linears for 1 and for several tokens, then measures T(n) for n = 1..17 with them,
+    behind CONTEXT_TOKENS cached tokens and, where the model's window holds it, LONG_CONTEXT_TOKENS.
 
     served: the model known by its source (tuning_of; the app's labels, every c): not a copy loaded for
     transformers' generate, whose pass and costs differ from the served one of the same source and dtype.
@@ -194,28 +202,30 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
         set_kernel_plan(model, plan)
         widths = range(1, LONGEST_VERIFICATION + 1)
         short = _non_decreasing(_time_widths(model, widths, REPEATS, CONTEXT_TOKENS))
-        if context_window(model) < LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:  # a tiny test model
-            return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": short, "long_curve": None}
-        long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS))
-        # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
-        return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": short,
-                "long_curve": [max(s, t) for s, t in zip(short, long)]}
+        long_curve = None  # a window too short to hold the long context (tiny test models, GPT-2's 1,024): the short curve alone
+        if context_window(model) >= LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:
+            long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS))
+            # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
+            long_curve = [max(s, t) for s, t in zip(short, long)]
+        return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": short, "long_curve": long_curve}
 
     result, from_disk = cached("target", identity, measure)
     plan = KernelPlan(*result["plan"])
     set_kernel_plan(model, plan)
     choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-17", result["kernels"],
                     "read from the tuning cache" if from_disk else "measured now")
-    long = result["long_curve"]
-    tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long) if long else None))
+    long_curve = result.get("long_curve")
+    tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))
     _tunings[model] = tuning
     if served:
         _tunings_by_source[(name, str(dtype))] = tuning
     curve = tuning.curve
-    long = curve.at(LONG_CONTEXT_TOKENS)
-    log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f behind %d tokens, %.2f, %.2f, %.2f behind %d",
-             name, this_machine().kind, choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17), CONTEXT_TOKENS,
-             long.ratio(5), long.ratio(9), long.ratio(17), LONG_CONTEXT_TOKENS)
+    log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f behind %d tokens", name, this_machine().kind,
+             choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17), CONTEXT_TOKENS)
+    if curve.long_seconds is not None:
+        behind_long = curve.at(LONG_CONTEXT_TOKENS)
+        log.info("  behind %d tokens: T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f", LONG_CONTEXT_TOKENS,
+                 behind_long.ratio(5), behind_long.ratio(9), behind_long.ratio(17))
     return tuning
 
 

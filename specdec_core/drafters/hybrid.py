@@ -32,7 +32,7 @@ from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from ..schedule import ADAPTIVE_LONGEST, AdaptiveDraftLength
 from ..theory import expected_speedup
-from ..tuning import CostCurve
+from ..tuning import CostCurve, draft_cost_at
 from .base import Draft
 from .eagle import EagleDrafter
 from .ngram import NgramDrafter
@@ -89,8 +89,8 @@ class HybridDrafter:
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
+        copying = self._learn(context)
         curve = self._curve.at(len(context)) if self._curve else None  # wide passes cost more behind a long context
-        copying = self._learn(context, curve)
         self._drafted_at = len(context)
         self._guess = guess = self.lookup.propose(context, self._length(k, curve), sampler).tokens
         if (copying and guess) or not self._head_pays():
@@ -107,15 +107,16 @@ class HybridDrafter:
         self._accepted = accepted_count
         self.head.observe(accepted_count)
 
-    def _learn(self, context: list[int], curve: CostCurve | None) -> bool:
+    def _learn(self, context: list[int]) -> bool:
         """Scores the last step's lookup guess and head; True when the guess was accepted whole (the text is copying)."""
         # The accepted nodes' tokens follow the context they were drafted after (plain steps of an adaptive
         # k may have come since, without an observe).
         path = context[self._drafted_at : self._drafted_at + self._accepted]
         copied = next((n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess)))
-        if self._head_step is not None and curve is not None:
+        if self._head_step is not None and self._curve is not None:
             nodes, passes = self._head_step
-            cost = curve.ratio(nodes + 1) + passes * self._head_pass_cost
+            curve = self._curve.at(self._drafted_at)  # where that step was drafted and verified
+            cost = curve.ratio(nodes + 1) + passes * draft_cost_at(self._head_pass_cost, self._curve, curve)
             self._with = [HEAD_DECAY * self._with[0] + self._accepted + 1, HEAD_DECAY * self._with[1] + cost]
             self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + curve.ratio(len(self._guess) + 1)]
         if not self._guess:

@@ -143,3 +143,11 @@ def test_cost_curve_chart_plots_every_width():
     curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
     fig = charts.cost_curve_figure(curve)
     assert list(fig.data[0].x) == list(range(1, 18)) and fig.data[0].y[0] == 1.0
+    assert len(fig.data) == 2  # the short curve and the ideal: no long curve was measured
+
+
+def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
+    short = tuple(0.05 * (1 + 0.1 * n) for n in range(17))
+    fig = charts.cost_curve_figure(CostCurve(short, tuple(0.06 * (1 + 0.2 * n) for n in range(17))))
+    assert len(fig.data) == 3 and "1,024" in fig.data[1].name
+    assert fig.data[1].y[-1] > fig.data[0].y[-1]  # wide passes dearer behind the long context

@@ -82,7 +82,9 @@ def test_growing_layer_holds_what_transformers_dynamic_layer_holds():
             length = theirs.get_seq_length()
             start, rows = length - 6, torch.tensor([1, 4])
             index = torch.cat([torch.arange(start), start + rows])
+            buffer = ours.room[0].data_ptr()
             ours.keep_rows(start, rows)
+            assert ours.room[0].data_ptr() == buffer  # compacted in place: the prefix was not copied elsewhere
             theirs.keys, theirs.values = theirs.keys.index_select(-2, index), theirs.values.index_select(-2, index)
         assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
     assert ours.get_seq_length() > MIN_ROOM and ours.room[0].shape[-2] > MIN_ROOM  # it grew

@@ -77,6 +77,14 @@ def test_one_unlucky_first_draft_does_not_turn_drafting_off():
     assert 0.3 < schedule.acceptance_rate < 0.9
 
 
+def test_the_first_drafts_time_is_not_taken_as_a_draft_pass_cost():
+    """The first draft of a feature drafter also reads the whole prompt: a second of it says nothing of a pass."""
+    schedule = AdaptiveDraftLength(start=3, longest=8, verify_costs=CostCurve(tuple(0.05 for _ in range(17))))
+    schedule.update(PlainStep(1, 0.5, 0.05, (1,)))  # prefill
+    schedule.update(spec_step(3, 3, draft_seconds=3.0, verify_seconds=0.05))
+    assert schedule.next() == 3
+
+
 def test_adaptive_reads_the_machines_verification_cost_curve():
     """The same acceptance and draft costs: where wide passes cost little (a GPU), k grows; where
     they cost a lot (a 2-core CPU), the curve keeps k short."""
