@@ -2,8 +2,9 @@
 
 The adaptive schedule picks the k that the theory says is fastest, using what it has measured
 in this run: the acceptance rate a (from a prior that fades), the time of one draft pass, and the
-time of a target pass over n tokens at the context's length. On a GPU a pass over 5 tokens costs about as much as one; on a CPU it does not,
-so the measured cost per n is used rather than the textbook 'verification is free'.
+time of a target pass over n tokens at the context's length. On a GPU a pass over 5 tokens costs
+about as much as one; on a CPU it does not, so the measured cost per n is used rather than the
+textbook 'verification is free'.
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ class AdaptiveDraftLength:
     expected seconds(k)   = k * draft pass time + target pass time over k + 1 tokens
 
     Target pass times come from this machine's verification cost curve (tuning.py, measured at
-    load, read at each step's context length) scaled by the passes of this run. Without a curve (a model loaded some other way), a pass
-    width not measured yet is taken as the cheapest one measured, an optimistic guess that makes
-    each k get tried. At k = 0 the draft is not run at all, which is what
+    load, read at each step's context length) scaled by the passes of this run. Without a curve (a
+    model loaded some other way), a pass width not measured yet is taken as the cheapest one
+    measured, an optimistic guess that makes each k get tried. At k = 0 the draft is not run at all, which is what
     protects creative text; after `probe_wait` plain steps one token is drafted again to see
     whether the text turned predictable, and each failed probe doubles the wait.
     """
