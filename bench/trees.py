@@ -23,7 +23,7 @@ from specdec_core.machine import this_machine
 from specdec_core.models import load_model
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.tuning import cost_curve, draft_cost_at, measured_cost_ratio
+from specdec_core.tuning import cost_curve, measured_cost_ratio
 
 # name -> (tree shape or None for a chain, depth k, sized by the cost curve?)
 SHAPES = {
@@ -69,8 +69,5 @@ def _tokens_and_cost(steps: list[tuple[SpecStep, int]], curve, c: float) -> tupl
     """Mean tokens per pass, and mean step cost in target passes (verification from the curve at the step's
     context length, drafting at c)."""
     tokens = statistics.mean(s.accepted_count + 1 for s, _ in steps)
-    def step_cost(step: SpecStep, context: int) -> float:
-        here = curve.at(context)
-        return here.ratio(step.drafted_count + 1) + step.draft_passes * draft_cost_at(c, curve, here)
-
-    return tokens, statistics.mean(step_cost(s, context) for s, context in steps)
+    costs = (curve.step_costs(context, c).step(s.drafted_count + 1, s.draft_passes) for s, context in steps)
+    return tokens, statistics.mean(costs)

@@ -67,6 +67,26 @@ class CostCurve:
         weight = (context - CONTEXT_TOKENS) / (LONG_CONTEXT_TOKENS - CONTEXT_TOKENS)
         return CostCurve(tuple(_non_decreasing([short + weight * (long - short) for short, long in zip(self.seconds, self.long_seconds)])))
 
+    def step_costs(self, context: int, c: float) -> StepCosts:
+        """What a speculative step costs behind `context` cached tokens, in one-token target passes there.
+        c (a draft pass over a one-token target pass behind CONTEXT_TOKENS, as measured at load) shrinks in
+        those units: the target's pass grows with the context much faster than a one-layer draft's does."""
+        here = self.at(context)
+        return StepCosts(here, c * self.seconds[0] / here.seconds[0])
+
+
+@dataclass(frozen=True, slots=True)
+class StepCosts:
+    """A step's costs behind one context length, in one-token target passes at that length (CostCurve.step_costs):
+    what sizes a tree, prices the hybrid's head and models a bench step, so that all three count alike."""
+
+    verify: CostCurve  # the curve at this context: verify.ratio(n) is a pass over n tokens
+    draft_pass: float  # one draft pass
+
+    def step(self, verified_tokens: int, draft_passes: int) -> float:
+        """A target pass over verified_tokens (the draft's nodes plus the token fed with them) and the draft's passes."""
+        return self.verify.ratio(verified_tokens) + draft_passes * self.draft_pass
+
 
 @dataclass(frozen=True, slots=True)
 class Choice:
@@ -115,12 +135,6 @@ def record_draft_pass(target_source: str, drafter: str, seconds: float, how: str
 def draft_pass(target_source: str, drafter: str) -> tuple[float, str] | None:
     """(seconds of one draft pass, how the drafter runs) measured at load; None before."""
     return _draft_passes.get((target_source, drafter))
-
-
-def draft_cost_at(c: float, curve: CostCurve, here: CostCurve) -> float:
-    """c (a draft pass over a one-token target pass behind CONTEXT_TOKENS) in one-token target passes at the
-    context of `here` (curve.at(context)): the target's pass grows with the context, so c in its units shrinks."""
-    return c * curve.seconds[0] / here.seconds[0]
 
 
 def measured_cost_ratio(target_source: str, target_dtype: torch.dtype, drafter: str) -> float | None:

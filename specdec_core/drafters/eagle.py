@@ -48,7 +48,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from ..errors import ModelLoadError
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
-from ..tuning import CostCurve, draft_cost_at
+from ..tuning import CostCurve
 from .base import Draft
 from .tree import chain, choose_size, depths, path_to
 
@@ -398,11 +398,8 @@ class EagleDrafter:
         depth = depths(tuple(parents))
         ranked = sorted(range(len(tokens)), key=lambda n: (-log_scores[n], depth[n]))
         scores = [math.exp(log_scores[n]) for n in ranked]
-        curve, draft_cost = None, passes * self._pass_cost
-        if self._verify_costs is not None:
-            curve = self._verify_costs.at(context)
-            draft_cost = draft_cost_at(draft_cost, self._verify_costs, curve)
-        count = choose_size(scores, curve, draft_cost, self.tree.longest)
+        costs = None if self._verify_costs is None else self._verify_costs.step_costs(context, self._pass_cost)
+        count = choose_size(scores, costs, passes, self.tree.longest)
         kept = sorted(ranked[:count], key=lambda n: (depth[n], n))
         index = {node: i for i, node in enumerate(kept)}
         kept_parents = tuple(-1 if parents[n] < 0 else index[parents[n]] for n in kept)

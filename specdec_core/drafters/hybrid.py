@@ -32,7 +32,7 @@ from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from ..schedule import ADAPTIVE_LONGEST, AdaptiveDraftLength
 from ..theory import expected_speedup
-from ..tuning import CostCurve, draft_cost_at
+from ..tuning import CostCurve
 from .base import Draft
 from .eagle import EagleDrafter
 from .ngram import NgramDrafter
@@ -115,10 +115,9 @@ class HybridDrafter:
         copied = next((n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess)))
         if self._head_step is not None and self._curve is not None:
             nodes, passes = self._head_step
-            curve = self._curve.at(self._drafted_at)  # where that step was drafted and verified
-            cost = curve.ratio(nodes + 1) + passes * draft_cost_at(self._head_pass_cost, self._curve, curve)
-            self._with = [HEAD_DECAY * self._with[0] + self._accepted + 1, HEAD_DECAY * self._with[1] + cost]
-            self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + curve.ratio(len(self._guess) + 1)]
+            costs = self._curve.step_costs(self._drafted_at, self._head_pass_cost)  # where that step was drafted and verified
+            self._with = [HEAD_DECAY * self._with[0] + self._accepted + 1, HEAD_DECAY * self._with[1] + costs.step(nodes + 1, passes)]
+            self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + costs.step(len(self._guess) + 1, 0)]
         if not self._guess:
             return False
         whole = copied == len(self._guess)

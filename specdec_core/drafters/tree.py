@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tuning import CostCurve
+from ..tuning import StepCosts
 
 
 def chain(length: int) -> tuple[int, ...]:
@@ -79,21 +79,21 @@ def path_to(parents: tuple[int, ...], node: int) -> list[int]:
     return path[::-1]
 
 
-def choose_size(scores: list[float], curve: CostCurve | None, draft_cost: float, longest: int) -> int:
+def choose_size(scores: list[float], costs: StepCosts | None, draft_passes: int, longest: int) -> int:
     """How many of the best nodes to verify (scores: each node's draft probability of being reached,
     best first; a child never outscores its parent, so any prefix of them is a connected tree).
 
     Expected tokens of a pass over n nodes: 1 + the sum of their scores (EAGLE-2's estimate of the
-    accepted length); its cost: T(n + 1)/T(1) from the measured curve plus the drafting already
-    spent (draft_cost, in target passes). The n with the most tokens per unit of cost wins.
-    Without a curve (a model loaded some other way), every node up to `longest`."""
+    accepted length); its cost: costs.step(n + 1, draft_passes), the measured curve at this context plus
+    the drafting already spent. The n with the most tokens per unit of cost wins.
+    Without costs (a model loaded some other way), every node up to `longest`."""
     count = min(len(scores), longest)
-    if curve is None:
+    if costs is None:
         return count
-    best, best_rate, expected = 0, 1.0 / (1.0 + draft_cost), 1.0
+    best, best_rate, expected = 0, 1.0 / costs.step(1, draft_passes), 1.0
     for n in range(1, count + 1):
         expected += scores[n - 1]
-        rate = expected / (curve.ratio(n + 1) + draft_cost)
+        rate = expected / costs.step(n + 1, draft_passes)
         if rate > best_rate:
             best, best_rate = n, rate
     return max(best, 1) if count else 0

@@ -37,6 +37,16 @@ def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_
     assert CostCurve(short).at(5000) == CostCurve(short)  # nothing measured behind a long context: the short curve
 
 
+def test_step_costs_count_verification_at_the_context_and_c_in_that_context_s_passes():
+    short, long = (0.050, 0.050, 0.060), (0.100, 0.120, 0.160)
+    curve = CostCurve(short, long)
+    near = curve.step_costs(tuning.CONTEXT_TOKENS, c=0.2)
+    assert near.draft_pass == pytest.approx(0.2) and near.step(3, 2) == pytest.approx(1.2 + 2 * 0.2)
+    far = curve.step_costs(tuning.LONG_CONTEXT_TOKENS, c=0.2)
+    assert far.draft_pass == pytest.approx(0.1)  # the target's one-token pass doubled: a draft pass is half as many of them
+    assert far.step(3, 2) == pytest.approx(1.6 + 2 * 0.1) and far.step(1, 0) == 1.0
+
+
 def test_plan_takes_the_faster_kernel_per_width():
     timed = {"packed x1": 0.05, "stock x1": 0.06, "packed x5": 0.09, "stock x5": 0.07}
     assert _plan_from(timed) == KernelPlan(PACKED, STOCK)

@@ -77,9 +77,11 @@ def test_choose_size_keeps_nodes_while_they_pay_for_a_wider_pass():
     scores = [0.9, 0.6, 0.3, 0.1, 0.05]
     flat = CostCurve((0.05,) * 17)
     steep = CostCurve(tuple(0.05 * (1 + 0.5 * n) for n in range(17)))
-    assert choose_size(scores, flat, 0.1, 16) == 5  # free width: every node
-    assert choose_size(scores, steep, 0.1, 16) < 5
-    assert choose_size(scores, None, 0.1, 3) == 3
+    assert choose_size(scores, flat.step_costs(100, 0.1), 1, 16) == 5  # free width: every node
+    assert choose_size(scores, steep.step_costs(100, 0.1), 1, 16) < 5
+    assert choose_size(scores, None, 1, 3) == 3
+    # Drafting already paid for makes a wider pass relatively cheaper: never fewer nodes with more passes spent.
+    assert choose_size(scores, steep.step_costs(100, 0.1), 6, 16) >= choose_size(scores, steep.step_costs(100, 0.1), 1, 16)
 
 
 # ---- KV compaction ---------------------------------------------------------------------------------
