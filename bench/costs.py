@@ -17,7 +17,7 @@ from specdec_core.sources import EMBEDDED_ID
 from specdec_core.stats import cost_ratio
 from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
 
-from .measure import bench_prompts, measure, ours, paired_ratio
+from .measure import bench_prompts, curve_fields, measure, ours, paired_ratio
 
 
 def cost_report(args) -> dict:
@@ -32,8 +32,7 @@ def cost_report(args) -> dict:
         make_drafter(spec, target)  # loads and measures each once, outside the timed runs
     report = {
         "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-        "target_kernels": tuning.kernels.describe(), "verify_ratio": curve.ratios,
-        "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9), "T1_ms": 1000 * curve.seconds[0],
+        "target_kernels": tuning.kernels.describe(), **curve_fields(curve), "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9),
         "c_at_load": {spec: measured_cost_ratio(EMBEDDED_ID, torch.float32, spec) for spec in specs},
         "draft_kernels": {spec: draft_pass(EMBEDDED_ID, spec)[1] for spec in specs},
         "prompts": [],

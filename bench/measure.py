@@ -18,6 +18,7 @@ import torch
 from specdec_core.config import DraftConfig, GenerationConfig, SamplingConfig
 from specdec_core.engine import autoregressive, speculative
 from specdec_core.events import Finished
+from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from specdec_core.stats import draft_pass_seconds, generated_tokens, per_position_acceptance, plain_step_seconds
 from training.draft_data import TrainingPrompt, sample_prompts
 
@@ -52,6 +53,15 @@ class Timing:
     @property
     def tokens_per_second(self) -> float:
         return statistics.median(self.rates)
+
+
+def curve_fields(curve: CostCurve) -> dict:
+    """A report's record of the verification cost curve T(n)/T(1), n = 1..17: behind CONTEXT_TOKENS cached
+    tokens and, where it was measured, behind LONG_CONTEXT_TOKENS (what tree sizes and the hybrid read there)."""
+    long = curve.at(LONG_CONTEXT_TOKENS) if curve.long_seconds is not None else None
+    return {"verify_ratio": curve.ratios, "verify_ratio_long": long.ratios if long else None,
+            "verify_contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS], "T1_ms": 1000 * curve.seconds[0],
+            "T1_ms_long": 1000 * long.seconds[0] if long else None}
 
 
 def paired_ratio(ours_rates: list[float], their_rates: list[float]) -> float:

@@ -25,6 +25,8 @@ from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
 from specdec_core.tuning import cost_curve, measured_cost_ratio
 
+from .measure import curve_fields
+
 # name -> (tree shape or None for a chain, depth k, sized by the cost curve?)
 SHAPES = {
     "chain k=3": (None, 3, False),
@@ -61,7 +63,7 @@ def tree_report(args) -> dict:
                    "modelled_speedup": statistics.mean(r[name][0] / r[name][1] for r in rows.values())} for name in SHAPES}
     print(mean)
     return {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-            "verify_ratio": curve.ratios, "c": c, "mean": mean,
+            **curve_fields(curve), "c": c, "mean": mean,
             "categories": {cat: {n: {"tokens_per_pass": t, "step_cost": cost} for n, (t, cost) in r.items()} for cat, r in rows.items()}}
 
 

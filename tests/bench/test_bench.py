@@ -51,6 +51,9 @@ def test_trees_reports_tokens_per_pass_and_modelled_cost_by_shape(tmp_path, embe
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(next(tmp_path.glob("trees-*.json")).read_text())
     assert len(report["categories"]) == 14 and report["verify_ratio"][0] == 1.0
+    # the curve behind a long prompt, where the tree steps of summaries and RAG are sized, is in the report too
+    long = report["verify_ratio_long"]
+    assert len(long) == 17 and long[0] == 1.0 and long == sorted(long)
     for shapes in report["categories"].values():
         for shape in shapes.values():
             assert shape["tokens_per_pass"] >= 1 and shape["step_cost"] >= 1
