@@ -46,6 +46,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTraine
 from training.corpus_answers import answers
 from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
+from training.ttt_attention import unrolled_attention
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
@@ -199,32 +200,22 @@ def collate(batch: list[Sequence], device: torch.device) -> tuple[torch.Tensor, 
 
 
 def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor, depth: int) -> list[torch.Tensor]:
-    """The head's outputs [B, T - 2, H] at each depth 1..depth (training-time test)."""
+    """The head's outputs [B, T - 2, H] at each depth 1..depth (training-time test). Depth s appends T entries
+    to the head's cache; entry j sees the real (depth 1) entries 0..j-s+1 and, at each depth r = 2..s, the one
+    entry j-s+r: the cache the head has when it drafts its s-th token after position j-s+1 (ttt_attention.py)."""
     batch, width = tokens.shape[0], tokens.shape[1] - 2
     tokens_in = tokens[:, 1 : width + 1]
     positions = torch.arange(width, device=tokens.device)[None].expand(batch, -1)
     cache = head.new_cache()
     outputs: list[torch.Tensor] = []
     feature_in = head.input_features(features[:, :width])
-    for s in range(1, depth + 1):
-        mask = _depth_mask(width, s, features.dtype, tokens.device)
-        predicted = head(feature_in, tokens_in, positions, cache, mask)
-        outputs.append(predicted)
-        # Depth s + 1 reads, at entry j, the output of entry j - 1 (the head's guess at position j).
-        feature_in = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
+    with unrolled_attention(head.layer_config):
+        for _ in range(depth):
+            predicted = head(feature_in, tokens_in, positions, cache, None)
+            outputs.append(predicted)
+            # Depth s + 1 reads, at entry j, the output of entry j - 1 (the head's guess at position j).
+            feature_in = torch.cat([torch.zeros_like(predicted[:, :1]), predicted[:, :-1]], dim=1)
     return outputs
-
-
-def _depth_mask(width: int, depth: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive mask [1, 1, T, depth * T] over the keys of depths 1..depth, concatenated.
-
-    Entry j at depth s sees the real (depth 1) entries 0..j-s+1 and, at each depth r = 2..s, the
-    one entry j-s+r: the cache the head has when it drafts its s-th token after position j-s+1."""
-    j = torch.arange(width, device=device)[:, None]
-    i = torch.arange(width, device=device)[None, :]
-    blocks = [i <= j - depth + 1] + [i == j - depth + r for r in range(2, depth + 1)]
-    allowed = torch.cat(blocks, dim=1)
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
 def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> torch.Tensor:
