@@ -46,7 +46,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from ..errors import ModelLoadError
-from ..kv_cache import CachedModel
+from ..kv_cache import MIN_ROOM, CachedModel
 from ..sampling import Sampler
 from ..tuning import CostCurve
 from .base import Draft
@@ -301,7 +301,9 @@ class EagleDrafter:
         self._pass_cost = pass_cost
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
-        self._features = torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=head.device)
+        # The features as the head reads them, by position, in a buffer with room to grow: concatenating copied
+        # every position on each step (0.3-0.5 ms behind 1,500 tokens, ~1% of a step there).
+        self._features = torch.empty(MIN_ROOM, head.config.hidden_size, dtype=head.feature_scale.dtype, device=head.device)
         self._draft_to_target = head.draft_to_target.cpu()
 
     @property
@@ -316,7 +318,12 @@ class EagleDrafter:
         latest pass, kept as the head reads them."""
         with torch.inference_mode():
             read = self.head.input_features(features.to(self.head.device))
-        self._features = torch.cat([self._features[:start], read])
+            end = start + len(read)
+            if end > len(self._features):
+                room = self._features.new_empty(2 * end, self._features.shape[1])
+                room[:start] = self._features[:start]
+                self._features = room
+            self._features[start:end] = read
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:

@@ -9,6 +9,7 @@ import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
 from specdec_core.cpu_kernels import PACKED
+from specdec_core.drafters import eagle
 from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
@@ -65,6 +66,18 @@ def test_greedy_head_drafts_equal_plain_and_generate(target, any_head, k, adapti
     assert plain == reference[0, len(PROMPT) :].tolist()
     events = list(speculative(target, EagleDrafter(head), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
     assert generated_tokens(events) == plain
+
+
+def test_the_feature_buffer_grows_without_changing_a_draft(target, head, monkeypatch):
+    """The drafter keeps the target's features in a buffer with room to spare: started at 8 rows, it grows
+    several times over a 40-token run, and the drafts stay those of plain decoding."""
+    monkeypatch.setattr(eagle, "MIN_ROOM", 8)
+    config = GenerationConfig(max_new_tokens=40)
+    drafter = EagleDrafter(head)
+    assert len(drafter._features) == 8
+    events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=3)))
+    assert generated_tokens(events) == generated_tokens(autoregressive(target, PROMPT, config))
+    assert len(drafter._features) >= len(PROMPT) + 40 - 2
 
 
 def test_every_head_variant_stays_lossless(target, any_head, tmp_path, cpu_path):
