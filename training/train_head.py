@@ -6,6 +6,7 @@
     python -m training.train_head --corpus data/draft-corpus --feature-layers 2,15,27 --out assets/eagle3-smollm2-135m
         # on the corpus of training/corpus.py (token ids; features made batch by batch), an EAGLE-3 head
     ... --corpus-tokens 500000                     # its first 500k response tokens: the learning curve by data size
+    ... --init assets/eagle-smollm2-135m --epochs 2 --out /tmp/h   # that head trained two epochs more (a new schedule)
 
 Loss (EAGLE): smooth-L1 between the head's predicted feature and the target's real one, plus
 cross-entropy against the target's full next-token distribution (restricted to the draft
@@ -368,35 +369,50 @@ def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], sett
     return head
 
 
-def run_embedded(settings: Settings, out: Path, max_minutes: float | None) -> None:
+def start_from(folder: Path, target: PreTrainedModel, settings: Settings) -> EagleHead:
+    """A saved head to train further: a warm restart, with a new learning-rate schedule over the run's epochs
+    (the held-out curve of the corpus-trained heads was still rising when their schedules ended). It keeps its
+    own draft vocabulary and feature scale, so its layout and vocabulary size must be the run's."""
+    head = load_head(folder, target).train()
+    want = (layers_of(settings), settings.draft_vocab)
+    have = (head.config.feature_layers, head.config.draft_vocab_size)
+    if have != want:
+        raise SystemExit(f"--init {folder}: that head reads layers {list(have[0]) or 'last'} with {have[1]} draft tokens; "
+                         f"this run trains layers {list(want[0]) or 'last'} with {want[1]} (--feature-layers, --draft-vocab).")
+    target.requires_grad_(False)
+    return head
+
+
+def run_embedded(settings: Settings, out: Path, max_minutes: float | None, init: Path | None = None) -> None:
     # Dense weights (load_stock): the packed kernels of a served model take float32 inputs only, and the
     # features' forward runs under bfloat16 autocast where the CPU multiplies bfloat16 (training_dtype).
     target = load_stock(EMBEDDED_ID, torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
-    train_and_save(settings, target, tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes)
+    train_and_save(settings, target, tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes, init=init)
 
 
 def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name: str, out: Path, max_minutes: float | None,
-                   work: Path | None = None) -> list[dict]:
-    """The data, a new head (or its checkpoint, resumed), training, then the head and its learning curve in
-    `out` once every step is done. Returns the curve so far."""
+                   work: Path | None = None, init: Path | None = None) -> list[dict]:
+    """The data, a new head (or `init`'s, start_from; or its checkpoint, resumed), training, then the head and its
+    learning curve in `out` once every step is done. Returns the curve so far."""
     check_layout(target, settings)
     training_dtype(settings, target.device)  # a bad --precision fails before any data is made
     torch.manual_seed(settings.seed)
     work = work or cache_dir()  # the feature store and the checkpoints
     train_set, heldout_set = training_data(settings, target, tokenizer, work)
     stops = set(stop_token_ids(tokenizer, target))
-    head = new_head(target, name, train_set, settings, stops)
+    head = start_from(init, target, settings) if init else new_head(target, name, train_set, settings, stops)
     cover = {n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4) for n in (4096, 8192, 12288, 16384, 24576)}
     print(f"{len(train_set)} training sequences, {sum(len(s.tokens) - s.prompt_length for s in train_set):,} response tokens; "
           f"held-out coverage of the draft vocabulary by size: {cover}")
-    run_name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_")
+    run_name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_") + (f"-from-{init.name}" if init else "")
     checkpoint = work / "draft-train" / f"{run_name}.pt"
     curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes)
     if curve and curve[-1]["step"] == _total_steps(train_set, settings):
         save_head(head, out)
         (out / CURVE_NAME).write_text(
-            json.dumps({"settings": asdict(settings), "heldout_coverage": cover, "curve": curve}, indent=1) + "\n"
+            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "heldout_coverage": cover, "curve": curve},
+                       indent=1) + "\n"
         )
         load_head(out, target)  # what was saved must load
         print(f"saved {out}; held-out top-1 agreement per draft position: {_fmt(curve[-1]['heldout_top1'])}")
@@ -446,6 +462,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--out", type=Path, default=HEAD_DIR)
     parser.add_argument("--max-minutes", type=float, default=None)
+    parser.add_argument("--init", type=Path, default=None, help="a saved head to train further (a new schedule over --epochs)")
     parser.add_argument("--smoke", action="store_true", help="tiny random target, a few epochs (CI)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -454,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"smoke: loss {curve[0]['train_loss']} -> {curve[-1]['train_loss']}")
         return
     settings = Settings(**{name: getattr(args, name) for name in asdict(defaults)})
-    run_embedded(settings, args.out, args.max_minutes)
+    run_embedded(settings, args.out, args.max_minutes, args.init)
 
 
 if __name__ == "__main__":

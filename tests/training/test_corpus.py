@@ -3,6 +3,7 @@ and resumed after interruptions without a shard redone; its prompt set shares no
 evaluation set."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,14 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     curve = train_and_save(settings, target, tokenizer, "tiny chat", tmp_path / "head", None, work=tmp_path)
     assert curve[-1]["train_loss"] < curve[0]["train_loss"]
     assert load_head(tmp_path / "head", target).config.layers == (0, 1)
+    # --init: that head trained further, from where it ended (not from scratch); a head of another layout is refused.
+    further = train_and_save(replace(settings, epochs=1), target, tokenizer, "tiny chat", tmp_path / "further", None,
+                             work=tmp_path, init=tmp_path / "head")
+    assert further[0]["train_loss"] < curve[0]["train_loss"]
+    assert json.loads((tmp_path / "further" / "learning_curve.json").read_text())["init"] == str(tmp_path / "head")
+    with pytest.raises(SystemExit, match="--init"):
+        train_and_save(replace(settings, feature_layers=""), target, tokenizer, "tiny chat", tmp_path / "x", None,
+                       work=tmp_path, init=tmp_path / "head")
 
 
 def hardware_bfloat16(cpu_path: str) -> bool:
