@@ -13,7 +13,7 @@ import statistics
 from datetime import datetime, timezone
 
 from specdec_core.config import DraftConfig, GenerationConfig
-from specdec_core.drafters import DRAFT_EAGLE
+from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, eagle_head
 from specdec_core.engine import speculative
@@ -43,21 +43,23 @@ def tree_report(args) -> dict:
     stops = stop_token_ids(target.tokenizer, target.model)
     head = eagle_head(target.source, DRAFT_EAGLE.removeprefix(DRAFT_EAGLE_PREFIX))
     curve = cost_curve(target.model)
-    c = measured_cost_ratio(EMBEDDED_ID, target.model.dtype, DRAFT_EAGLE) or 0.0
+    # c of a chain's head pass and of a tree level's (several nodes a pass, and the tree's bookkeeping), as served
+    chain_c, tree_c = (measured_cost_ratio(EMBEDDED_ID, target.model.dtype, spec) or 0.0 for spec in (DRAFT_EAGLE, DRAFT_EAGLE_TREE))
+    c = {name: chain_c if shape is None else tree_c for name, (shape, _, _) in SHAPES.items()}
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     for category, prompts in by_category("realistic", args.per_category).items():
         steps: dict[str, list[tuple[SpecStep, int]]] = {name: [] for name in SHAPES}  # each step with its context length
         for item in prompts:
             prompt = encode_prompt(target.tokenizer, item.text)
             for name, (shape, k, sized) in SHAPES.items():
-                drafter = EagleDrafter(head, name, shape, curve if sized else None, c)
+                drafter = EagleDrafter(head, name, shape, curve if sized else None, c[name])
                 context = len(prompt)
                 for event in speculative(target.model, drafter, prompt, GenerationConfig(max_new_tokens=args.tokens), DraftConfig(k=k), stops):
                     if isinstance(event, SpecStep):
                         steps[name].append((event, context))
                     if isinstance(event, (PlainStep, SpecStep)):
                         context += len(event.emitted_tokens)
-        rows[category] = {name: _tokens_and_cost(s, curve, c) for name, s in steps.items()}
+        rows[category] = {name: _tokens_and_cost(s, curve, c[name]) for name, s in steps.items()}
         print(f"[{category}] " + ", ".join(f"{n} {t:.2f}/{t / cost:.2f}x" for n, (t, cost) in rows[category].items()), flush=True)
     mean = {name: {"tokens_per_pass": statistics.mean(r[name][0] for r in rows.values()),
                    "modelled_speedup": statistics.mean(r[name][0] / r[name][1] for r in rows.values())} for name in SHAPES}

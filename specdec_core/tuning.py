@@ -52,8 +52,14 @@ class CostCurve:
     long_seconds: tuple[float, ...] | None = None
 
     def ratio(self, tokens: int) -> float:
-        """T(n) / T(1); beyond the measured widths, the widest (an underestimate, stated in the UI)."""
-        return self.seconds[min(max(tokens, 1), len(self.seconds)) - 1] / self.seconds[0]
+        """T(n) / T(1). Past the widest measured pass (a hybrid's merged tree can be 33 tokens wide, a k of 32
+        asked through the API), the cost is extrapolated along its last measured step: the work of a pass past
+        a few rows grows about linearly in its width."""
+        n, widest = max(tokens, 1), len(self.seconds)
+        if n <= widest:
+            return self.seconds[n - 1] / self.seconds[0]
+        last_step = self.seconds[-1] - self.seconds[-2] if widest > 1 else 0.0
+        return (self.seconds[-1] + (n - widest) * last_step) / self.seconds[0]
 
     @property
     def ratios(self) -> list[float]:
@@ -177,13 +183,12 @@ def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict
     except (OSError, ValueError, KeyError):
         pass
     result = measure()
-    busy = busy_now
-    if busy:
+    if busy_now:
         log.warning("%s measured while other work kept the CPU busy (load %.1f): used, and measured again on a quiet start",
                     name, os.getloadavg()[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(f".{os.getpid()}.tmp")
-    staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "busy": busy, "result": result}, indent=1))
+    staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "busy": busy_now, "result": result}, indent=1))
     staging.replace(path)  # atomic: two processes measuring at once both leave a whole file
     return result, False
 

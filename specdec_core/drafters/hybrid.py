@@ -134,7 +134,7 @@ class HybridDrafter:
         if curve is None or not self._judged:
             return k
         a = self._agreed / self._judged
-        return max(range(k, self.LONGEST_LOOKUP + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1)))
+        return max(range(k, max(k, self.LONGEST_LOOKUP) + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1)))
 
 
 def _merge(guess: tuple[int, ...], tree: Draft, passes: int, seconds: float) -> Draft:

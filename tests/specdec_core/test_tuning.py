@@ -19,9 +19,11 @@ def test_non_decreasing_fit_pools_dips_and_keeps_rising_values():
     assert fitted == sorted(fitted) and sum(fitted) == pytest.approx(8.9)  # least squares keeps the mean
 
 
-def test_cost_curve_ratios_start_at_one_and_clamp_past_the_widest():
+def test_cost_curve_ratios_start_at_one_and_go_on_along_the_last_step_past_the_widest():
     curve = CostCurve((0.05, 0.06, 0.08))
-    assert curve.ratio(1) == 1.0 and curve.ratio(3) == pytest.approx(1.6) and curve.ratio(40) == curve.ratio(3)
+    assert curve.ratio(1) == 1.0 and curve.ratio(3) == pytest.approx(1.6)
+    assert curve.ratio(5) == pytest.approx((0.08 + 2 * 0.02) / 0.05)  # a pass wider than any measured is dearer still
+    assert CostCurve((0.05,)).ratio(9) == 1.0
 
 
 def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_one_and_beyond():

@@ -6,6 +6,7 @@ from transformers import DynamicCache
 
 import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
+from specdec_core.config import MAX_DRAFT_TOKENS
 from specdec_core.acceptance import Verdict, verify
 from specdec_core.events import PlainStep
 from specdec_core.drafters.base import Draft
@@ -199,6 +200,19 @@ def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target,
     assert copies and max(s.drafted_count for s in copies) > 2  # longer than k, the head not run
     assert all(s.is_chain for s in copies)
     assert any(s.draft_passes for s in steps)  # the head ran before the copy was found
+
+
+def test_hybrid_takes_a_k_past_its_longest_lookup(target, head):
+    """DraftConfig allows k up to MAX_DRAFT_TOKENS, past the lookup's longest (its length was chosen from an empty
+    range there, and raised); the merged tree, wider than any measured pass, is priced along the curve's last step."""
+    prompt = [3, 8, 1] + PROMPT
+    config = GenerationConfig(max_new_tokens=48)
+    k = HybridDrafter.LONGEST_LOOKUP + 4
+    assert k <= MAX_DRAFT_TOKENS
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17))
+    events = list(speculative(target, drafter, prompt, config, DraftConfig(k=k)))
+    assert generated_tokens(events) == generated_tokens(autoregressive(target, prompt, config))
+    assert any(e.drafted_count > 2 and not e.draft_passes for e in events if isinstance(e, SpecStep))  # the lookup's guesses ran
 
 
 def test_hybrid_rests_a_head_whose_passes_cost_more_than_they_give(target, head):
