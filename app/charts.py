@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from specdec_core import SpecStep, expected_speedup, expected_tokens_per_step
 from specdec_core.drafters.tree import depths
-from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
+from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve
 
 from .race import Race
 from .views import draft_q
@@ -95,7 +95,7 @@ def race_figure(race: Race) -> go.Figure:
 def theory_figure(a: float, c: float, k: int, measured: Race | None, curve: CostCurve | None) -> go.Figure:
     """Expected speedup vs k: the ideal (verification as cheap as one pass) and, where this machine's
     verification cost curve was measured, with it; the last race on both."""
-    ks = np.arange(0, 17)
+    ks = np.arange(0, LONGEST_VERIFICATION)  # k = 0..16: the drafts the measured curve prices
 
     def line(a: float, c: float, with_curve: bool) -> list[float]:
         return [expected_speedup(a, int(n), c, curve.ratio(int(n) + 1) if with_curve else 1.0) for n in ks]

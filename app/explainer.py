@@ -6,6 +6,7 @@ from specdec_core import expected_speedup
 from specdec_core.drafters import DRAFT_EAGLE
 from specdec_core.drafters.eagle import CURVE_NAME
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, HEADS_DIR
+from specdec_core.drafters.hybrid import HybridDrafter
 
 INTRO = r"""
 ### Why speculative decoding works
@@ -74,7 +75,7 @@ summarization and about 1.0× on translation: the workload decides. For scale: a
 gives {expected_speedup(0.8, 4, 0.05):.2f}×.
 """
 
-HEAD_INTRO = """### The embedded model's draft: an EAGLE head trained here
+HEAD_INTRO = f"""### The embedded model's draft: an EAGLE head trained here
 No small model of SmolLM2-135M's family exists, so its draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
@@ -84,8 +85,8 @@ frequent tokens. Its cost per pass, measured on this machine, is listed under *T
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
 lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 14-55% of the
 time by category (0.37 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
-copies a span, the lookup drafts alone and longer (up to 16 tokens); where the head's passes earn less than they
-cost (translation, for this head), it rests and is tried again every 8 steps."""
+copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens); where the head's passes earn less than they
+cost (translation, for this head), it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
 
 
 def head_learning_curve() -> list[dict]:
@@ -102,5 +103,6 @@ them all with a tree attention mask: each guess sees only its own ancestors. A l
 guesses is right, so a tree gains where the draft's second or third choice is often the right one (the template-trained
 head shipped before this one: top-1 / top-3 agreement 0.50 / 0.68 with the target on its own held-out prompts). The price is a wider
 verification pass: on a GPU nearly free, on a CPU measured by $T(n)/T(1)$ below. So the app sizes every tree from
-this machine's curve: a node is kept only while the tokens it is expected to add (its path's draft probability)
-outweigh what one more token in the pass costs. The race tab draws each step's tree."""
+this machine's curve: of the guesses ranked by their path's draft probability (the tokens each is expected to
+add), it keeps the number that gives the most expected tokens per unit of the step's cost, the wider pass and the
+drafting together. The race tab draws each step's tree."""

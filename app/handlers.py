@@ -140,14 +140,14 @@ def machine_view(last: dict | None) -> tuple[str, object]:
         if measured is not None:
             seconds, how = measured
             lines.append(f"- {DRAFT_LABELS.get(drafter, drafter)}: {1000 * seconds:.2f} ms per draft pass ({how}), "
-                         f"c = {seconds / curve.seconds[0]:.3f}")
+                         f"c = {measured_cost_ratio(target, default_dtype(), drafter):.3f}")
     steps = last["race"].spec_steps if last else []
     trees = [step for step in steps if not step.is_chain]
     if trees:
         sizes = [step.drafted_count for step in trees]
         lines.append(f"- draft trees of your last race: {len(trees)} steps, {min(sizes)}-{max(sizes)} nodes "
-                     f"(mean {sum(sizes) / len(sizes):.1f}), sized by the curve at each step's context: a node stays while its path's draft "
-                     "probability adds more expected tokens than one more token in the pass costs")
+                     f"(mean {sum(sizes) / len(sizes):.1f}), sized by the curve at each step's context: the number of best nodes (by their path's draft "
+                     "probability) with the most expected tokens per unit of the step's cost")
     return "\n".join(lines), charts.cost_curve_figure(curve)
 
 

@@ -3,9 +3,9 @@ one run (tokens, prompt length) are the engine's own (specdec_core/limits.py).""
 
 import os
 
-from specdec_core.limits import MAX_NEW_TOKENS, MAX_PROMPT_CHARS
+from specdec_core.limits import MAX_NEW_TOKENS, MAX_PROMPT_CHARS, MEASURED_DRAFT_TOKENS
 
-MAX_K = 16
+MAX_K = MEASURED_DRAFT_TOKENS  # the drafts this machine's measured costs price
 RUN_SECONDS = float(os.environ.get("SPECDEC_RUN_SECONDS", "90"))  # per decoder, per run
 MAX_WORKLOAD_PROMPTS = 12
 QUEUE_SIZE = int(os.environ.get("SPECDEC_QUEUE_SIZE", "16"))

@@ -6,9 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import SpecDecError
-from .limits import MAX_NEW_TOKENS
-
-MAX_DRAFT_TOKENS = 32
+from .limits import MAX_DRAFT_TOKENS, MAX_NEW_TOKENS
 MAX_TEMPERATURE = 100.0
 
 
@@ -50,7 +48,7 @@ class SamplingConfig:
 class DraftConfig:
     """How many tokens the drafter proposes per step.
 
-    adaptive=True starts at k and lets the schedule move between 0 and max(k, 16) (see schedule.py).
+    adaptive=True starts at k and lets the schedule move between 0 and max(k, ADAPTIVE_LONGEST) (see schedule.py).
     """
 
     k: int = 4

@@ -60,10 +60,6 @@ class SpecStep:
         return len(self.path)
 
     @property
-    def accepted_tokens(self) -> tuple[int, ...]:
-        return tuple(self.draft_tokens[i] for i in self.path)
-
-    @property
     def rejected_count(self) -> int:
         """Drafts not accepted: refused ones, and those below them, which are discarded unverified."""
         return len(self.draft_tokens) - len(self.path)
@@ -96,7 +92,7 @@ Step = PlainStep | SpecStep
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """Raw counts of a run and the rates derived from them (definitions in shared REFERENCE.md)."""
+    """Raw counts of a run and the rates derived from them (stats.summarize computes them)."""
 
     tokens: int
     target_passes: int

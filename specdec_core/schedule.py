@@ -13,11 +13,12 @@ from typing import Protocol
 
 from .config import DraftConfig
 from .events import PlainStep, Step
+from .limits import MEASURED_DRAFT_TOKENS
 from .theory import expected_tokens_per_step
 from .tuning import CONTEXT_TOKENS, CostCurve
 
 
-ADAPTIVE_LONGEST = 16  # drafts that always agree (self-drafts) want long k; the cost model stops it there
+ADAPTIVE_LONGEST = MEASURED_DRAFT_TOKENS  # drafts that always agree (self-drafts) want long k; the cost model stops it there
 
 
 class DraftLength(Protocol):

@@ -27,13 +27,13 @@ from transformers import DynamicCache, PreTrainedModel
 
 from .cpu_kernels import PACKED, STOCK, KernelPlan, onednn_supports, set_kernel_plan
 from .lean_pass import is_lean, run_pass
-from .limits import context_window
+from .limits import MEASURED_DRAFT_TOKENS, context_window
 from .machine import this_machine
 from .sources import cache_dir
 
 log = logging.getLogger(__name__)
 
-LONGEST_VERIFICATION = 17  # the cost curve covers passes of 1..17 tokens (k up to 16)
+LONGEST_VERIFICATION = MEASURED_DRAFT_TOKENS + 1  # the cost curve covers passes of 1..17 tokens (k up to 16)
 CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of an answer
 # ... and behind a long prompt (a passage to summarize, a RAG context): a pass's attention reads every cached
 # token for each new one, so a wide pass costs relatively more there (SmolLM2-135M, 2-core AMD EPYC: T(7)/T(1)
@@ -87,11 +87,11 @@ class StepCosts:
     what sizes a tree, prices the hybrid's head and models a bench step, so that all three count alike."""
 
     verify: CostCurve  # the curve at this context: verify.ratio(n) is a pass over n tokens
-    draft_pass: float  # one draft pass
+    c: float  # one draft pass
 
     def step(self, verified_tokens: int, draft_passes: int) -> float:
         """A target pass over verified_tokens (the draft's nodes plus the token fed with them) and the draft's passes."""
-        return self.verify.ratio(verified_tokens) + draft_passes * self.draft_pass
+        return self.verify.ratio(verified_tokens) + draft_passes * self.c
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +231,7 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     result, from_disk = cached("target", identity, measure)
     plan = KernelPlan(*result["plan"])
     set_kernel_plan(model, plan)
-    choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-17", result["kernels"],
+    choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-{LONGEST_VERIFICATION}", result["kernels"],
                     "read from the tuning cache" if from_disk else "measured now")
     long_curve = result.get("long_curve")
     tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))

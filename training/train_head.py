@@ -9,8 +9,8 @@
     ... --init assets/eagle-smollm2-135m --epochs 2 --out /tmp/h   # that head trained two epochs more (a new schedule)
 
 Loss (EAGLE): smooth-L1 between the head's predicted feature and the target's real one, plus
-cross-entropy against the target's full next-token distribution (restricted to the draft
-vocabulary). Training-time test (EAGLE-3, HASS): the head is unrolled over `depth` of its own
+cross-entropy against the target's next-token distribution, cut to its TARGET_TOP most likely tokens
+(they carry nearly all the mass). Training-time test (EAGLE-3, HASS): the head is unrolled over `depth` of its own
 steps; at depth s, entry j reads the head's own prediction from depth s-1 and attends to the real
 entries up to j-s+1 and to its own earlier predictions, exactly the cache it sees when drafting
 the s-th token. Tokens are the data's (the target's own), as if every earlier draft was accepted.
@@ -24,7 +24,7 @@ the same command runs on a CPU, slower.
 
 Everything is cached: the generated data under $SPECDEC_CACHE_DIR/draft-data, the checkpoint
 under $SPECDEC_CACHE_DIR/draft-train. The learning curve (held-out top-1 agreement of each draft
-position against training tokens) is written beside the head as learning_curve.json.
+position with the target's greedy choice, by training tokens seen) is written beside the head as learning_curve.json.
 """
 
 from __future__ import annotations
@@ -435,9 +435,9 @@ def tiny_target(vocab: int = 256, seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
-def run_smoke(out: Path, steps_epochs: int = 6, feature_layers: str = "") -> list[dict]:
+def run_smoke(out: Path, epochs: int = 6, feature_layers: str = "") -> list[dict]:
     """A tiny random target's greedy continuations of random prompts; a few epochs; the head saved and reloaded."""
-    settings = Settings(draft_vocab=128, depth=3, epochs=steps_epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
+    settings = Settings(draft_vocab=128, depth=3, epochs=epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
                         feature_layers=feature_layers)
     target = tiny_target().to(default_device())  # on the GPU where there is one: the smoke run tests that path too
     check_layout(target, settings)

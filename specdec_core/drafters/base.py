@@ -17,7 +17,7 @@ import torch
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
-from .tree import depths
+from .tree import depths, reindexed
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +37,10 @@ class Draft:
         kept = [node for node, d in enumerate(depths(self.parents)) if d <= depth]
         if len(kept) == len(self.tokens):
             return self
-        index = {node: i for i, node in enumerate(kept)}
         rows = torch.tensor(kept, dtype=torch.long)
         return Draft(
             tokens=tuple(self.tokens[n] for n in kept),
-            parents=tuple(-1 if self.parents[n] < 0 else index[self.parents[n]] for n in kept),
+            parents=reindexed(self.parents, kept),
             probs=None if self.probs is None else self.probs[rows],
             confidence=None if self.confidence is None else self.confidence[rows],
             passes=self.passes,

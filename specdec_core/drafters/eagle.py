@@ -47,10 +47,11 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 
 from ..errors import ModelLoadError
 from ..kv_cache import MIN_ROOM, CachedModel
+from ..limits import MEASURED_DRAFT_TOKENS
 from ..sampling import Sampler
 from ..tuning import CostCurve
 from .base import Draft
-from .tree import chain, choose_size, depths, path_to
+from .tree import chain, choose_size, depths, path_to, reindexed
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -166,7 +167,7 @@ class EagleHead(nn.Module):
     @property
     def draft_lm_head(self) -> nn.Sequential:
         """The target's lm_head rows of the draft vocabulary (one Linear): the head's own copy, which
-        models.py gives the kernel measured fastest here, as it does the head's own linears."""
+        head_variants.py gives the kernel measured fastest here, as it does the head's own linears."""
         return self._frozen["lm_head"]
 
     @property
@@ -284,7 +285,7 @@ class TreeShape:
     over the draft length k levels; tree.choose_size then keeps at most `longest` of the best nodes."""
 
     width: int = 3
-    longest: int = 16
+    longest: int = MEASURED_DRAFT_TOKENS
 
 
 class EagleDrafter:
@@ -408,9 +409,7 @@ class EagleDrafter:
         costs = None if self._verify_costs is None else self._verify_costs.step_costs(context, self._pass_cost)
         count = choose_size(scores, costs, passes, self.tree.longest)
         kept = sorted(ranked[:count], key=lambda n: (depth[n], n))
-        index = {node: i for i, node in enumerate(kept)}
-        kept_parents = tuple(-1 if parents[n] < 0 else index[parents[n]] for n in kept)
-        return (tuple(tokens[n] for n in kept), kept_parents, None, torch.tensor([confidence[n] for n in kept]), passes)
+        return (tuple(tokens[n] for n in kept), reindexed(parents, kept), None, torch.tensor([confidence[n] for n in kept]), passes)
 
     def _q(self, predicted: torch.Tensor, sampler: Sampler) -> torch.Tensor:
         """The draft distribution [n, V] over the target's ids from predicted features [n, H]."""

@@ -36,7 +36,7 @@ from ..tuning import CostCurve
 from .base import Draft
 from .eagle import EagleDrafter
 from .ngram import NgramDrafter
-from .tree import chain
+from .tree import chain, reindexed
 
 DECAY = AdaptiveDraftLength.DECAY  # the past's weight for the lookup's acceptance, as in the adaptive k
 # The head's ledger remembers longer (about ten steps): one step's accepted count swings from 0 to k,
@@ -51,7 +51,7 @@ class HybridDrafter:
     def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree",
                  verify_costs: CostCurve | None = None, head_pass_cost: float = 0.0) -> None:
         """verify_costs: this machine's T(n)/T(1) (tuning.py), which sizes the lookup branch and prices
-        the tree (without it the lookup drafts k and the head always runs); head_pass_cost: the head's c."""
+        the tree (without it the lookup drafts k, and the head runs on every step whose last guess was not copied whole); head_pass_cost: the head's c."""
         self.name = name
         self.head = head
         self.lookup = lookup or NgramDrafter()
@@ -99,7 +99,7 @@ class HybridDrafter:
             return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
         self._without_head = 0
         tree = self.head.propose(context, k, sampler)
-        draft = _merge(guess, tree, passes=tree.passes, seconds=time.perf_counter() - started)
+        draft = _merge(guess, tree, seconds=time.perf_counter() - started)
         self._head_step = (len(draft.tokens), tree.passes)
         return draft
 
@@ -137,7 +137,7 @@ class HybridDrafter:
         return max(range(k, max(k, self.LONGEST_LOOKUP) + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1)))
 
 
-def _merge(guess: tuple[int, ...], tree: Draft, passes: int, seconds: float) -> Draft:
+def _merge(guess: tuple[int, ...], tree: Draft, seconds: float) -> Draft:
     """The lookup guess as the first branch from the root, the head's tree merged into it (shared where equal)."""
     tokens, parents, confidence = list(guess), list(range(-1, len(guess) - 1)), [float("nan")] * len(guess)
     merged: dict[int, int] = {}  # head node -> node of the merged tree
@@ -151,13 +151,12 @@ def _merge(guess: tuple[int, ...], tree: Draft, passes: int, seconds: float) -> 
             confidence[same] = float(tree.confidence[node])  # a lookup guess the head also made
         merged[node] = same
     order = _parents_first(parents)
-    index = {old: new for new, old in enumerate(order)}
     return Draft(
         tokens=tuple(tokens[n] for n in order),
-        parents=tuple(-1 if parents[n] < 0 else index[parents[n]] for n in order),
+        parents=reindexed(parents, order),
         probs=None,
         confidence=torch.tensor([confidence[n] for n in order]),
-        passes=passes,
+        passes=tree.passes,
         seconds=seconds,
     )
 

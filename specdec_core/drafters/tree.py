@@ -8,11 +8,13 @@ everything here treats it the same way, so there is one code path for both.
 One target pass scores the whole tree when each node attends to the context and to its own
 ancestors only (a 4D mask, which transformers takes as given) at position = context length - 1
 + its depth. The tree's size is chosen per step from this machine's verification cost curve
-(choose_size): a node stays only while what it is expected to add outweighs what one more token
-in the pass costs, so on a CPU where wide passes are dear the tree stays small.
+(choose_size): the number of best nodes with the most expected tokens per unit of the step's cost
+(the pass over them plus the drafting), so on a CPU where wide passes are dear the tree stays small.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -68,6 +70,13 @@ def positions(parents: tuple[int, ...], tail: int, cached: int) -> torch.Tensor:
     tail_positions = list(range(cached, cached + tail))
     last = cached + tail - 1
     return torch.tensor([tail_positions + [last + d for d in depths(parents)]])
+
+
+def reindexed(parents: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
+    """The parents of the nodes listed in `order` (a subset or a reordering, each node's parent in it and
+    before it) as positions in `order`: the tree those nodes make on their own."""
+    index = {node: i for i, node in enumerate(order)}
+    return tuple(-1 if parents[node] < 0 else index[parents[node]] for node in order)
 
 
 def path_to(parents: tuple[int, ...], node: int) -> list[int]:

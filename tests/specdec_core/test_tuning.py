@@ -43,9 +43,9 @@ def test_step_costs_count_verification_at_the_context_and_c_in_that_context_s_pa
     short, long = (0.050, 0.050, 0.060), (0.100, 0.120, 0.160)
     curve = CostCurve(short, long)
     near = curve.step_costs(tuning.CONTEXT_TOKENS, c=0.2)
-    assert near.draft_pass == pytest.approx(0.2) and near.step(3, 2) == pytest.approx(1.2 + 2 * 0.2)
+    assert near.c == pytest.approx(0.2) and near.step(3, 2) == pytest.approx(1.2 + 2 * 0.2)
     far = curve.step_costs(tuning.LONG_CONTEXT_TOKENS, c=0.2)
-    assert far.draft_pass == pytest.approx(0.1)  # the target's one-token pass doubled: a draft pass is half as many of them
+    assert far.c == pytest.approx(0.1)  # the target's one-token pass doubled: a draft pass is half as many of them
     assert far.step(3, 2) == pytest.approx(1.6 + 2 * 0.1) and far.step(1, 0) == 1.0
 
 
