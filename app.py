@@ -10,7 +10,7 @@ if importlib.util.find_spec("spaces"):  # on ZeroGPU it must be imported before 
 
 from app.ui import build_ui, launch  # noqa: E402
 from specdec_core import GenerationConfig, encode_prompt, load_model, make_drafter, speculative  # noqa: E402
-from app.presets import PRESETS, default_target  # noqa: E402
+from app.presets import default_target, preset_for  # noqa: E402
 
 
 def warm_default_models() -> None:
@@ -18,7 +18,7 @@ def warm_default_models() -> None:
     the first pass of a fresh process pays one-time kernel set-up that would otherwise land in the first race."""
     target = default_target()
     try:
-        preset = next(p for p in PRESETS if p.target == target)
+        preset = preset_for(target)  # the default target always has one
         loaded = load_model(target)
         prompt = encode_prompt(loaded.tokenizer, "Say hello.")
         list(speculative(loaded.model, make_drafter(preset.drafts[0], loaded), prompt, GenerationConfig(max_new_tokens=6)))

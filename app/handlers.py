@@ -38,7 +38,7 @@ from specdec_core.models import default_dtype
 from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, draft_pass, measured_cost_ratio, tuning_of
 
 from . import charts, views
-from .presets import DRAFT_LABELS, PRESETS, default_target
+from .presets import DRAFT_LABELS, default_target, preset_for
 from .limits import MAX_K, MAX_NEW_TOKENS, RUN_SECONDS
 from .race import PLAIN, SPEC, Race, interleave
 from .workloads import select_prompts
@@ -102,7 +102,7 @@ def parse_settings(
 def drafter_choices(target: str) -> gr.Dropdown:
     """The drafters that fit the chosen target preset (any model id may still be typed), labelled with
     their cost c as measured on this machine once loaded."""
-    preset = next((p for p in PRESETS if p.target == target), None)
+    preset = preset_for(target)
     drafts = preset.drafts if preset else tuple(DRAFT_LABELS)
     return gr.Dropdown(choices=[(drafter_label(target, d), d) for d in drafts], value=drafts[0])
 
@@ -127,14 +127,12 @@ def machine_view(last: dict | None) -> tuple[str, object]:
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
         f"- target linears: {tuning.kernels.describe()}",
-        f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; "
-        f"T(5)/T(1) = {curve.ratio(5):.2f}, T(9)/T(1) = {curve.ratio(9):.2f}, T(17)/T(1) = {curve.ratio(17):.2f}",
+        f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; {curve.describe()}",
     ]
     if curve.long_seconds is not None:  # trees, the hybrid and the adaptive k read the curve at each step's context
         long = curve.at(LONG_CONTEXT_TOKENS)
-        lines.append(f"- behind {LONG_CONTEXT_TOKENS:,} cached tokens: {1000 * long.seconds[0]:.1f} ms for 1 token; "
-                     f"T(5)/T(1) = {long.ratio(5):.2f}, T(9)/T(1) = {long.ratio(9):.2f}, T(17)/T(1) = {long.ratio(17):.2f}")
-    preset = next((p for p in PRESETS if p.target == target), None)
+        lines.append(f"- behind {LONG_CONTEXT_TOKENS:,} cached tokens: {1000 * long.seconds[0]:.1f} ms for 1 token; {long.describe()}")
+    preset = preset_for(target)
     for drafter in preset.drafts if preset else ():
         measured = draft_pass(target, drafter)
         if measured is not None:

@@ -53,6 +53,11 @@ DRAFT_LABELS = {  # the app adds each drafter's cost c as measured on the machin
 }
 
 
+def preset_for(target: str) -> Preset | None:
+    """The preset of a target (its drafters, its label), or None for a model typed in."""
+    return next((p for p in PRESETS if p.target == target), None)
+
+
 def default_target() -> str:
     """The embedded model where its wheel is installed (offline use), else the first hub preset (Spaces)."""
     return EMBEDDED_ID if embedded_installed() else PRESETS[1].target

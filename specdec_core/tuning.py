@@ -61,6 +61,10 @@ class CostCurve:
         last_step = self.seconds[-1] - self.seconds[-2] if widest > 1 else 0.0
         return (self.seconds[-1] + (n - widest) * last_step) / self.seconds[0]
 
+    def describe(self) -> str:
+        """A few points of the curve, for logs and the app: "T(5)/T(1) = 1.02, T(9)/T(1) = 1.13, T(17)/T(1) = 1.55"."""
+        return ", ".join(f"T({n})/T(1) = {self.ratio(n):.2f}" for n in (5, 9, LONGEST_VERIFICATION))
+
     @property
     def ratios(self) -> list[float]:
         return [self.ratio(n) for n in range(1, len(self.seconds) + 1)]
@@ -239,12 +243,9 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     if served:
         _tunings_by_source[(name, str(dtype))] = tuning
     curve = tuning.curve
-    log.info("%s on %s: %s; T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f behind %d tokens", name, this_machine().kind,
-             choice.describe(), curve.ratio(5), curve.ratio(9), curve.ratio(17), CONTEXT_TOKENS)
+    log.info("%s on %s: %s; %s behind %d tokens", name, this_machine().kind, choice.describe(), curve.describe(), CONTEXT_TOKENS)
     if curve.long_seconds is not None:
-        behind_long = curve.at(LONG_CONTEXT_TOKENS)
-        log.info("  behind %d tokens: T(5)/T(1) %.2f, T(9)/T(1) %.2f, T(17)/T(1) %.2f", LONG_CONTEXT_TOKENS,
-                 behind_long.ratio(5), behind_long.ratio(9), behind_long.ratio(17))
+        log.info("  behind %d tokens: %s", LONG_CONTEXT_TOKENS, curve.at(LONG_CONTEXT_TOKENS).describe())
     return tuning
 
 

@@ -24,6 +24,7 @@ def test_cost_curve_ratios_start_at_one_and_go_on_along_the_last_step_past_the_w
     assert curve.ratio(1) == 1.0 and curve.ratio(3) == pytest.approx(1.6)
     assert curve.ratio(5) == pytest.approx((0.08 + 2 * 0.02) / 0.05)  # a pass wider than any measured is dearer still
     assert CostCurve((0.05,)).ratio(9) == 1.0
+    assert curve.describe() == f"T(5)/T(1) = 2.40, T(9)/T(1) = 4.00, T({tuning.LONGEST_VERIFICATION})/T(1) = {curve.ratio(17):.2f}"
 
 
 def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_one_and_beyond():
