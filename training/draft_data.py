@@ -82,6 +82,10 @@ class Sequence:
     last_layer: torch.Tensor | None = None  # [T, H] float16: that last hidden state, when the features are other layers'
 
     @property
+    def response_length(self) -> int:
+        return len(self.tokens) - self.prompt_length
+
+    @property
     def targets(self) -> torch.Tensor:
         """The target's last hidden states [T, H]: its next-token distribution, and EAGLE-1's regression target."""
         return self.features if self.last_layer is None else self.last_layer
@@ -114,7 +118,7 @@ def generate_shards(
         sequences = generate_batch(model, encoded, batch[0].temperature, stops, max_new_tokens)
         torch.save([{"tokens": s.tokens, "prompt_length": s.prompt_length, "features": s.features} for s in sequences], path.with_suffix(".tmp"))
         path.with_suffix(".tmp").rename(path)  # a half-written shard is never taken for a done one
-        progress.set_postfix(tokens=sum(len(s.tokens) - s.prompt_length for s in sequences))
+        progress.set_postfix(tokens=sum(s.response_length for s in sequences))
     return paths
 
 

@@ -1,7 +1,8 @@
-"""A tiny random chat target for the corpus's --smoke run and its tests: runs in seconds, no files.
+"""Tiny random targets for the --smoke runs and their tests: they run in seconds, from no files.
 
-The corpus works on text (user turns are decoded, filtered and re-encoded in a chat template), so
-the tiny target needs a tokenizer with a chat template: a word-level one over the seed files'
+tiny_target is a two-layer Llama (train_head's smoke run, the feature store's tests). The chat target is
+for the corpus: it works on text (user turns are decoded, filtered and re-encoded in a chat template), so
+the chat target needs a tokenizer with a chat template: a word-level one over the seed files'
 words, with ChatML markers like SmolLM2's. Its random model writes word salad, which is text
 enough for the filters, and a bias on the end-of-turn token ends its turns after about ten
 tokens, as a real model's turns end.
@@ -15,12 +16,21 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from training.draft_data import TASKS
 from training.task_families import SEEDS
 from training.text_ngrams import words
-from training.train_head import tiny_target
+
+def tiny_target(vocab: int = 256, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+    )
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config).eval()
+
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

@@ -42,11 +42,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import AutoTokenizer, PreTrainedModel
 
 from training.corpus_answers import answers
 from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
+from training.tiny_chat import tiny_target
 from training.ttt_attention import unrolled_attention
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
@@ -100,7 +101,7 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     for answer, sequence in zip(written, ids_only([a.record for a in written])):
         (heldout_set if answer.heldout else train_set).append(sequence)
     layers = layers_of(settings)
-    totals = itertools.accumulate(len(s.tokens) - s.prompt_length for s in train_set)
+    totals = itertools.accumulate(s.response_length for s in train_set)
     kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(totals, 1) if total >= settings.corpus_tokens), len(train_set))
     stored = stored_features(model, train_set, layers, work / "corpus-features", training_dtype(settings, model.device), count=kept)
     return stored, with_layers(model, heldout_set, layers)
@@ -311,7 +312,7 @@ def train(
             state["skipped"] = state.get("skipped", 0) + 1
         schedule.step()
         state["step"] += 1
-        state["tokens"] += sum(len(s.tokens) - s.prompt_length for s in batch)
+        state["tokens"] += sum(s.response_length for s in batch)
         progress.update(1)
         last_eval = state["curve"][-1]["heldout_top1"] if state["curve"] else None
         progress.set_postfix(loss=f"{sum(recent) / max(1, len(recent)):.3f}", heldout=_fmt(last_eval), skipped=state.get("skipped", 0))
@@ -403,7 +404,7 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     stops = set(stop_token_ids(tokenizer, target))
     head = start_from(init, target, settings) if init else new_head(target, name, train_set, settings, stops)
     cover = {n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4) for n in (4096, 8192, 12288, 16384, 24576)}
-    print(f"{len(train_set)} training sequences, {sum(len(s.tokens) - s.prompt_length for s in train_set):,} response tokens; "
+    print(f"{len(train_set)} training sequences, {sum(s.response_length for s in train_set):,} response tokens; "
           f"held-out coverage of the draft vocabulary by size: {cover}")
     run_name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_") + (f"-from-{init.name}" if init else "")
     checkpoint = work / "draft-train" / f"{run_name}.pt"
@@ -423,16 +424,6 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
     return len(batches(train_set, settings.batch_tokens, random.Random(0))) * settings.epochs
-
-
-def tiny_target(vocab: int = 256, seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
-    )
-    config._attn_implementation = "sdpa"
-    return LlamaForCausalLM(config).eval()
 
 
 def run_smoke(out: Path, epochs: int = 6, feature_layers: str = "") -> list[dict]:

@@ -10,7 +10,7 @@ import training.feature_store as feature_store
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
 from training.feature_store import stored_features
-from training.train_head import tiny_target
+from training.tiny_chat import tiny_target
 
 
 @pytest.fixture

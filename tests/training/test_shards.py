@@ -11,7 +11,7 @@ from training.corpus_features import ids_only, with_layers
 from training.generation import Sampling, encode_chat, generate, sample
 from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
-from training.train_head import tiny_target
+from training.tiny_chat import tiny_target
 from tests.conftest import layer_outputs, tiny_llama
 
 

@@ -15,7 +15,8 @@ from tests.conftest import tiny_llama
 from tests.training.test_corpus import hardware_bfloat16
 from training.corpus_features import with_layers
 from training.draft_data import Sequence, build_prompts
-from training.train_head import Settings, loss_terms, main, new_head, tiny_target, training_dtype, unrolled_pass
+from training.tiny_chat import tiny_target
+from training.train_head import Settings, loss_terms, main, new_head, training_dtype, unrolled_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 
