@@ -44,11 +44,12 @@ def ttt_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.T
         j = torch.arange(start, end, device=query.device)[:, None]
         real_scores = (q @ key[:, :, :visible].transpose(-1, -2)).float() * scaling
         real_scores = real_scores.masked_fill(torch.arange(visible, device=query.device)[None] > j - depth + 1, float("-inf"))
-        chain_scores = (q[:, :, :, None] * own_keys[:, :, start:end]).sum(-1).float() * scaling  # [B, H, C, s - 1]
+        # float32 for these few products: under bfloat16 autocast an elementwise product is rounded before the sum
+        chain_scores = (q[:, :, :, None].float() * own_keys[:, :, start:end].float()).sum(-1) * scaling  # [B, H, C, s - 1]
         chain_scores = chain_scores.masked_fill(~own_valid[start:end], float("-inf"))
         weights = torch.cat([real_scores, chain_scores], dim=-1).softmax(-1).to(value.dtype)
         out = weights[..., :visible] @ value[:, :, :visible]
-        out = out + (weights[..., visible:, None] * own_values[:, :, start:end]).sum(-2)
+        out = out + (weights[..., visible:, None].float() * own_values[:, :, start:end].float()).sum(-2).to(out.dtype)
         outputs.append(out)
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
