@@ -32,7 +32,7 @@ def cost_report(args) -> dict:
         make_drafter(spec, target)  # loads and measures each once, outside the timed runs
     report = {
         "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-        "target_kernels": tuning.kernels.describe(), **curve_fields(curve), "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9),
+        "target_kernels": tuning.kernels.describe(), **curve_fields(curve),
         "c_at_load": {spec: measured_cost_ratio(EMBEDDED_ID, torch.float32, spec) for spec in specs},
         "draft_kernels": {spec: draft_pass(EMBEDDED_ID, spec)[1] for spec in specs},
         "prompts": [],

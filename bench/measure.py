@@ -18,8 +18,8 @@ import torch
 from specdec_core.config import DraftConfig, GenerationConfig, SamplingConfig
 from specdec_core.engine import autoregressive, speculative
 from specdec_core.events import Finished
-from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from specdec_core.stats import draft_pass_seconds, generated_tokens, per_position_acceptance, plain_step_seconds
+from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from training.draft_data import TrainingPrompt, sample_prompts
 
 
@@ -61,7 +61,7 @@ def curve_fields(curve: CostCurve) -> dict:
     long = curve.at(LONG_CONTEXT_TOKENS) if curve.long_seconds is not None else None
     return {"verify_ratio": curve.ratios, "verify_ratio_long": long.ratios if long else None,
             "verify_contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS], "T1_ms": 1000 * curve.seconds[0],
-            "T1_ms_long": 1000 * long.seconds[0] if long else None}
+            "T1_ms_long": 1000 * long.seconds[0] if long else None, "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9)}
 
 
 def paired_ratio(ours_rates: list[float], their_rates: list[float]) -> float:

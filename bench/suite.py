@@ -33,7 +33,7 @@ def suite_report(args) -> dict:
     for spec, _ in drafts.values():
         make_drafter(spec, target)  # load and measure each once, outside the timed runs
     report = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-              **curve_fields(curve), "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9), "categories": {}}
+              **curve_fields(curve), "categories": {}}
     first = encode_prompt(target.tokenizer, next(iter(groups.values()))[0].text)
     measure(_methods(target, first, 8, stops, drafts), 1)  # untimed: one-time set-up of every method's shapes
     for category, prompts in groups.items():

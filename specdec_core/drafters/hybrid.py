@@ -51,7 +51,8 @@ class HybridDrafter:
     def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree",
                  verify_costs: CostCurve | None = None, head_pass_cost: float = 0.0) -> None:
         """verify_costs: this machine's T(n)/T(1) (tuning.py), which sizes the lookup branch and prices
-        the tree (without it the lookup drafts k, and the head runs on every step whose last guess was not copied whole); head_pass_cost: the head's c."""
+        the tree (without it the lookup drafts k, and the head runs on every step whose last guess was not
+        copied whole); head_pass_cost: the head's c."""
         self.name = name
         self.head = head
         self.lookup = lookup or NgramDrafter()
