@@ -77,7 +77,7 @@ class _Run:
         if self.feature_sink is None:
             logits = self.target.forward(tail + nodes, len(nodes) + 1, parents)
         else:
-            logits, self._features = self.target.forward_with_features(tail + nodes, len(nodes) + 1, parents, self.feature_layers)
+            logits, self._features = self.target.forward_with_features(tail + nodes, self.feature_layers, len(nodes) + 1, parents)
         return self.sampler.probs(logits)
 
     def keep(self, path: tuple[int, ...] = ()) -> None:

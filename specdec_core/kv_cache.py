@@ -11,7 +11,6 @@ from .errors import SpecDecError
 from .lean_pass import run_pass
 
 MIN_ROOM = 256  # positions a layer's buffer holds at first; it doubles when full
-LAST_LAYER = (-1,)  # the features an EAGLE-1 head reads: the last layer's output
 
 
 class GrowingLayer(DynamicLayer):
@@ -88,11 +87,11 @@ class CachedModel:
         return self._forward(token_ids, logits_to_keep, (), parents)[0]
 
     def forward_with_features(
-        self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None,
-        layers: tuple[int, ...] = LAST_LAYER,
+        self, token_ids: list[int], layers: tuple[int, ...], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """As forward, plus the hidden states [len(token_ids), len(layers) * H] of the numbered layers, side by
-        side (the last layer's before the final norm): what a feature drafter (drafters/eagle.py) reads."""
+        """As forward, plus the hidden states [len(token_ids), len(layers) * H] of the numbered layers (from 0;
+        -1 the last), side by side (the last layer's before the final norm): what a feature drafter
+        (drafters/eagle.py, HeadConfig.layers) reads."""
         logits, features = self._forward(token_ids, logits_to_keep, layers, parents)
         return logits, features
 

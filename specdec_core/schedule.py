@@ -64,14 +64,14 @@ class AdaptiveDraftLength:
     # and failed probes kept it off: the head's adaptive k gave 1.07x on Spec-Bench's QA where k = 3 gave 1.40x.
     PRIOR_JUDGED, PRIOR_ACCEPTED = 2.0, 1.0
 
-    def __init__(self, start: int, longest: int, verify_costs: CostCurve | None = None, shortest: int = 0) -> None:
+    def __init__(self, start: int, longest: int, curve: CostCurve | None = None, shortest: int = 0) -> None:
         """shortest: 1 for a drafter that turns its own costly part off (gates_itself): k = 0 would also
         stop it consulting what is free."""
         self.k = max(start, shortest)
         self.longest = longest
         self.shortest = shortest
-        self._measured_curve = verify_costs
-        self._curve_here = verify_costs  # the measured curve read at the latest context's length
+        self._measured_curve = curve
+        self._curve_here = curve  # the measured curve read at the latest context's length
         self._single_pass_seconds: float | None = None  # T(1) of this run, from passes of any width via the curve
         # Decayed draft tokens the target ruled on (the accepted ones plus the first rejected) and accepted, from the prior on.
         self._judged = self.PRIOR_JUDGED
@@ -155,10 +155,10 @@ class AdaptiveDraftLength:
         return new if old is None else self.DECAY * old + (1 - self.DECAY) * new
 
 
-def make_schedule(config: DraftConfig, verify_costs: CostCurve | None = None, gates_itself: bool = False) -> DraftLength:
+def make_schedule(config: DraftConfig, curve: CostCurve | None = None, gates_itself: bool = False) -> DraftLength:
     """gates_itself: the drafter decides per step whether its costly part runs (the hybrid's head), so
     the adaptive k sizes that part and never turns drafting off."""
     if config.adaptive:
-        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), verify_costs=verify_costs,
+        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), curve=curve,
                                    shortest=1 if gates_itself else 0)
     return FixedDraftLength(config.k)

@@ -41,7 +41,7 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
             record_draft_pass(target.source, spec, *measured)
         curve = cost_curve(target.model)
         tree = EagleDrafter(head, "EAGLE tree", TreeShape(), curve, c)
-        return tree if prefix + ":" == DRAFT_EAGLE_TREE_PREFIX else HybridDrafter(tree, verify_costs=curve, head_pass_cost=c)
+        return tree if prefix + ":" == DRAFT_EAGLE_TREE_PREFIX else HybridDrafter(tree, curve=curve, head_pass_cost=c)
     if spec == DRAFT_BF16:
         model = reduced_copy(target.source, torch.bfloat16)
         measure_draft_pass(target, spec, model)

@@ -293,12 +293,12 @@ class EagleDrafter:
     passes, or (with a TreeShape) an EAGLE-2 tree k levels deep, one head pass per level."""
 
     def __init__(self, head: EagleHead, name: str = "EAGLE head", tree: TreeShape | None = None,
-                 verify_costs: CostCurve | None = None, pass_cost: float = 0.0) -> None:
-        """verify_costs and pass_cost (c): this machine's, measured at load (tuning.py); they size the tree."""
+                 curve: CostCurve | None = None, pass_cost: float = 0.0) -> None:
+        """curve and pass_cost (c): this machine's, measured at load (tuning.py); they size the tree."""
         self.name = name
         self.head = head
         self.tree = tree
-        self._verify_costs = verify_costs
+        self._curve = curve
         self._pass_cost = pass_cost
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
@@ -406,7 +406,7 @@ class EagleDrafter:
         depth = depths(tuple(parents))
         ranked = sorted(range(len(tokens)), key=lambda n: (-log_scores[n], depth[n]))
         scores = [math.exp(log_scores[n]) for n in ranked]
-        costs = None if self._verify_costs is None else self._verify_costs.step_costs(context, self._pass_cost)
+        costs = None if self._curve is None else self._curve.step_costs(context, self._pass_cost)
         count = choose_size(scores, costs, passes, self.tree.longest)
         kept = sorted(ranked[:count], key=lambda n: (depth[n], n))
         return (tuple(tokens[n] for n in kept), reindexed(parents, kept), None, torch.tensor([confidence[n] for n in kept]), passes)

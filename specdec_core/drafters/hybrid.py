@@ -49,14 +49,14 @@ class HybridDrafter:
     PROBE_EVERY = 8  # steps without the head before it is tried again
 
     def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree",
-                 verify_costs: CostCurve | None = None, head_pass_cost: float = 0.0) -> None:
-        """verify_costs: this machine's T(n)/T(1) (tuning.py), which sizes the lookup branch and prices
+                 curve: CostCurve | None = None, head_pass_cost: float = 0.0) -> None:
+        """curve: this machine's T(n)/T(1) (tuning.py), which sizes the lookup branch and prices
         the tree (without it the lookup drafts k, and the head runs on every step whose last guess was not
         copied whole); head_pass_cost: the head's c."""
         self.name = name
         self.head = head
         self.lookup = lookup or NgramDrafter()
-        self._curve = verify_costs
+        self._curve = curve
         self._head_pass_cost = head_pass_cost
         self._guess: tuple[int, ...] = ()  # the last step's lookup guess
         self._drafted_at = 0  # the context length it was drafted after

@@ -55,8 +55,8 @@ def test_logits_and_features_equal_transformers_forward_after_rollbacks(lean, st
         cached.forward([7, 8, 9, 10, 11], logits_to_keep=5)
         cached.rollback(len(CONTEXT) + 2)  # two drafts kept, three rejected
     new = [12, 13, 14, 15][:width]
-    logits, features = ours.forward_with_features(new, logits_to_keep=width)
-    expected_logits, expected_features = theirs.forward_with_features(new, logits_to_keep=width)
+    logits, features = ours.forward_with_features(new, (-1,), logits_to_keep=width)
+    expected_logits, expected_features = theirs.forward_with_features(new, (-1,), logits_to_keep=width)
     torch.testing.assert_close(logits, expected_logits, **TOLERANCE)
     torch.testing.assert_close(features, expected_features, **TOLERANCE)  # the hand-off to the EAGLE head
     assert ours.length == theirs.length == len(CONTEXT) + 2 + width
@@ -71,7 +71,7 @@ def test_features_of_several_layers_are_their_outputs_side_by_side(lean, stock, 
     for model in (lean, stock):
         cached = CachedModel(model)
         cached.forward(CONTEXT)
-        _, features = cached.forward_with_features([7, 8, 9], logits_to_keep=3, layers=layers)
+        _, features = cached.forward_with_features([7, 8, 9], layers, logits_to_keep=3)
         torch.testing.assert_close(features, expected, **TOLERANCE)
 
 

@@ -69,7 +69,7 @@ def test_adaptive_stops_drafting_when_everything_is_rejected_and_probes_rarely()
 def test_one_unlucky_first_draft_does_not_turn_drafting_off():
     """A first draft refused at its first token (a = 0 by itself) against a prior that fades: the head keeps
     drafting, while a draft refused step after step still turns off (the test above)."""
-    schedule = AdaptiveDraftLength(start=3, longest=8, verify_costs=CostCurve(tuple(0.05 for _ in range(17))))
+    schedule = AdaptiveDraftLength(start=3, longest=8, curve=CostCurve(tuple(0.05 for _ in range(17))))
     schedule.update(PlainStep(1, 0.5, 0.05, (1,)))  # prefill
     schedule.update(spec_step(3, 0, draft_seconds=0.030, verify_seconds=0.05))  # its time includes reading the prompt
     schedule.update(spec_step(schedule.next(), 2, draft_seconds=0.003, verify_seconds=0.05))
@@ -79,7 +79,7 @@ def test_one_unlucky_first_draft_does_not_turn_drafting_off():
 
 def test_the_first_drafts_time_is_not_taken_as_a_draft_pass_cost():
     """The first draft of a feature drafter also reads the whole prompt: a second of it says nothing of a pass."""
-    schedule = AdaptiveDraftLength(start=3, longest=8, verify_costs=CostCurve(tuple(0.05 for _ in range(17))))
+    schedule = AdaptiveDraftLength(start=3, longest=8, curve=CostCurve(tuple(0.05 for _ in range(17))))
     schedule.update(PlainStep(1, 0.5, 0.05, (1,)))  # prefill
     schedule.update(spec_step(3, 3, draft_seconds=3.0, verify_seconds=0.05))
     assert schedule.next() == 3
@@ -90,16 +90,16 @@ def test_adaptive_reads_the_machines_verification_cost_curve():
     they cost a lot (a 2-core CPU), the curve keeps k short."""
     flat = CostCurve(tuple(0.05 for _ in range(17)))
     steep = CostCurve(tuple(0.05 * (1 + 0.25 * n) for n in range(17)))
-    k_flat = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=flat), 0.004)
-    k_steep = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=steep), 0.004)
+    k_flat = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, curve=flat), 0.004)
+    k_steep = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, curve=steep), 0.004)
     assert k_steep < k_flat
 
 
 def test_adaptive_reads_the_curve_at_the_contexts_length():
     """Flat behind a short context, steep behind a long one: the same run drafts shorter behind the long one."""
     curve = CostCurve(tuple(0.05 for _ in range(17)), tuple(0.05 * (1 + 0.25 * n) for n in range(17)))
-    k_short = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=curve), 0.004, context=100)
-    k_long = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, verify_costs=curve), 0.004, context=2000)
+    k_short = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, curve=curve), 0.004, context=100)
+    k_long = k_after_accepting_everything(AdaptiveDraftLength(start=2, longest=16, curve=curve), 0.004, context=2000)
     assert k_long < k_short
 
 

@@ -81,7 +81,7 @@ def test_serving_drafts_what_training_teaches_for_both_feature_layouts():
         served = []
         for end in range(2, len(tokens)):
             drafter = EagleDrafter(head)
-            _, features = CachedModel(target).forward_with_features(tokens[: end - 1], layers=drafter.feature_layers)
+            _, features = CachedModel(target).forward_with_features(tokens[: end - 1], drafter.feature_layers)
             drafter.observe_features(0, features)
             served.append(drafter.propose(tokens[:end], 1, Sampler(SamplingConfig())).tokens[0])
         assert served == expected[: len(served)]

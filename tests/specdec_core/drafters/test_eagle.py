@@ -131,7 +131,7 @@ def test_head_drafts_are_both_accepted_and_rejected(target):
 def test_q_is_a_distribution_over_target_ids_and_zero_outside_the_draft_vocabulary(target, head):
     drafter = EagleDrafter(head)
     cached = CachedModel(target)
-    _, features = cached.forward_with_features(PROMPT)
+    _, features = cached.forward_with_features(PROMPT, drafter.feature_layers)
     drafter.observe_features(0, features)
     draft = drafter.propose(PROMPT + [3], 4, Sampler(SamplingConfig(temperature=1.0)))
     assert draft.probs.shape == (4, VOCAB)
@@ -171,7 +171,7 @@ def test_rollback_after_partial_acceptance_matches_a_fresh_drafter(target, any_h
     continued = drafter.propose(context, 4, sampler)
 
     fresh = EagleDrafter(head)
-    _, features = CachedModel(target).forward_with_features(context[:-1], layers=fresh.feature_layers)
+    _, features = CachedModel(target).forward_with_features(context[:-1], fresh.feature_layers)
     fresh.observe_features(0, features)
     expected = fresh.propose(context, 4, sampler)
     assert continued.tokens == expected.tokens

@@ -136,7 +136,7 @@ def test_a_tree_sized_by_a_steep_cost_curve_is_smaller(target, head):
     config = GenerationConfig(max_new_tokens=24)
     sizes = {}
     for name, curve in {"flat": CostCurve((0.01,) * 17), "steep": CostCurve(tuple(0.01 * (1 + n) for n in range(17)))}.items():
-        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), verify_costs=curve, pass_cost=0.05)
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), curve=curve, pass_cost=0.05)
         steps = [e for e in speculative(target, drafter, PROMPT, config, DraftConfig(k=3)) if isinstance(e, SpecStep)]
         sizes[name] = sum(s.drafted_count for s in steps) / len(steps)
     assert sizes["steep"] < sizes["flat"]
@@ -149,7 +149,7 @@ def test_a_tree_behind_a_long_context_is_sized_by_the_curve_measured_there(targe
     long_prompt = [(7 * i) % VOCAB for i in range(200)]  # past the short curve's 160 tokens, inside the window of 256
     sizes = {}
     for name, prompt, costs in (("short", PROMPT, curve), ("long", long_prompt, curve), ("long, flat", long_prompt, CostCurve(flat))):
-        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), verify_costs=costs, pass_cost=0.05)
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), curve=costs, pass_cost=0.05)
         steps = [e for e in speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=24), DraftConfig(k=3))
                  if isinstance(e, SpecStep)]
         sizes[name] = sum(s.drafted_count for s in steps) / len(steps)
@@ -192,7 +192,7 @@ def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target,
     plain = generated_tokens(autoregressive(target, prompt, config))
     assert len(set(plain[-30:])) <= 2, "the target must repeat itself here for this test to mean anything"
     flat = CostCurve((0.01,) * 17)  # a wide pass costs what a narrow one does: long guesses pay when they are right
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=flat)
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=flat)
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=2)))
     assert generated_tokens(events) == plain
     steps = [e for e in events if isinstance(e, SpecStep)]
@@ -209,7 +209,7 @@ def test_hybrid_takes_a_k_past_its_longest_lookup(target, head):
     config = GenerationConfig(max_new_tokens=48)
     k = HybridDrafter.LONGEST_LOOKUP + 4
     assert k <= MAX_DRAFT_TOKENS
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17))
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17))
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=k)))
     assert generated_tokens(events) == generated_tokens(autoregressive(target, prompt, config))
     assert any(e.drafted_count > 2 and not e.draft_passes for e in events if isinstance(e, SpecStep))  # the lookup's guesses ran
@@ -221,7 +221,7 @@ def test_hybrid_rests_a_head_whose_passes_cost_more_than_they_give(target, head)
     flat = CostCurve((0.01,) * 17)
     ran = {}
     for c in (0.0, 2.0):  # free head passes, or each as dear as two target passes
-        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=flat, head_pass_cost=c)
+        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=flat, head_pass_cost=c)
         events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=2)))
         ran[c] = "".join("h" if e.draft_passes else "." for e in events if isinstance(e, SpecStep))
     assert ran[0.0].count("h") > ran[2.0].count("h")
@@ -234,7 +234,7 @@ def test_a_draft_deeper_than_the_budget_is_cut_to_it(target, head):
     prompt = [3, 8, 1] + PROMPT
     cut = False
     for budget in (21, 24, 27, 30):
-        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17))
+        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17))
         events = list(speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=budget), DraftConfig(k=1)))
         assert len(generated_tokens(events)) == budget
         generated = 1  # the prefill step's token
@@ -332,7 +332,7 @@ def test_an_adaptive_k_never_stops_the_hybrid_consulting_its_lookup(target, head
     # drafting off (plain steps). With a curve and head passes as dear as two target passes, the hybrid
     # rests its head itself (its ledger) and keeps drafting with the lookup.
     config = GenerationConfig(max_new_tokens=60, sampling=SamplingConfig(temperature=1.0, seed=4))
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), verify_costs=CostCurve((0.01,) * 17), head_pass_cost=2.0)
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17), head_pass_cost=2.0)
     events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=3, adaptive=True)))
     steps = [e for e in events if isinstance(e, (SpecStep, PlainStep))][1:]  # after the prefill step
     assert all(isinstance(e, SpecStep) for e in steps[:-1])  # the last may be plain: one token of budget left
