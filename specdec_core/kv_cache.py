@@ -13,6 +13,19 @@ from .lean_pass import run_pass
 MIN_ROOM = 256  # positions a layer's buffer holds at first; it doubles when full
 
 
+def with_room(buffer: torch.Tensor, kept: int, end: int, dim: int) -> torch.Tensor:
+    """`buffer` if it holds `end` positions along `dim`; else a new buffer with room for twice that (at least
+    MIN_ROOM) starting with a copy of the first `kept`. Appending into it copies only what is new, where
+    concatenating copies everything so far (the KV cache below, the EAGLE drafter's features)."""
+    if buffer.shape[dim] >= end:
+        return buffer
+    shape = list(buffer.shape)
+    shape[dim] = max(MIN_ROOM, 2 * end)
+    room = buffer.new_empty(shape)
+    room.narrow(dim, 0, kept).copy_(buffer.narrow(dim, 0, kept))
+    return room
+
+
 class GrowingLayer(DynamicLayer):
     """transformers' DynamicLayer, but appending writes into a buffer with room to grow instead of
     concatenating: DynamicLayer copies the whole cache on every pass, which grows with the context. With
@@ -23,14 +36,15 @@ class GrowingLayer(DynamicLayer):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
-        self.room: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.room = tuple(with_room(states[..., :0, :], 0, 1, dim=-2) for states in (key_states, value_states))
+        self.keys, self.values = (buffer[..., :0, :] for buffer in self.room)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = self.get_seq_length()
         end = length + key_states.shape[-2]
-        keys, values = self._room_for(end, key_states, value_states)
+        self.room = keys, values = tuple(with_room(buffer, length, end, dim=-2) for buffer in self.room)
         keys[..., length:end, :].copy_(key_states)
         values[..., length:end, :].copy_(value_states)
         self.keys, self.values = keys[..., :end, :], values[..., :end, :]
@@ -44,20 +58,6 @@ class GrowingLayer(DynamicLayer):
         keys, values = self.keys.index_select(-2, index), self.values.index_select(-2, index)
         self.keys, self.values = self.keys[..., :start, :], self.values[..., :start, :]  # views of the buffer
         self.update(keys, values)
-
-    def _room_for(self, end: int, key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        room = self.room
-        if room is not None and room[0].shape[-2] >= end and self.keys.data_ptr() == room[0].data_ptr():
-            return room
-        length = self.get_seq_length()
-        size = max(MIN_ROOM, 2 * end)
-        room = (key_states.new_empty((*key_states.shape[:-2], size, key_states.shape[-1])),
-                value_states.new_empty((*value_states.shape[:-2], size, value_states.shape[-1])))
-        if length:
-            room[0][..., :length, :].copy_(self.keys)
-            room[1][..., :length, :].copy_(self.values)
-        self.room = room
-        return room
 
 
 class CachedModel:

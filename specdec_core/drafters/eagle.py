@@ -46,7 +46,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from ..errors import ModelLoadError
-from ..kv_cache import MIN_ROOM, CachedModel
+from ..kv_cache import CachedModel, with_room
 from ..limits import MEASURED_DRAFT_TOKENS
 from ..sampling import Sampler
 from ..tuning import CostCurve
@@ -304,7 +304,7 @@ class EagleDrafter:
         self._real_entries = 0  # head cache entries computed from real target features
         # The features as the head reads them, by position, in a buffer with room to grow: concatenating copied
         # every position on each step (0.3-0.5 ms behind 1,500 tokens, ~1% of a step there).
-        self._features = torch.empty(MIN_ROOM, head.config.hidden_size, dtype=head.feature_scale.dtype, device=head.device)
+        self._features = with_room(torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=head.device), 0, 1, dim=0)
         self._draft_to_target = head.draft_to_target.cpu()
 
     @property
@@ -320,10 +320,7 @@ class EagleDrafter:
         with torch.inference_mode():
             read = self.head.input_features(features.to(self.head.device))
             end = start + len(read)
-            if end > len(self._features):
-                room = self._features.new_empty(2 * end, self._features.shape[1])
-                room[:start] = self._features[:start]
-                self._features = room
+            self._features = with_room(self._features, start, end, dim=0)
             self._features[start:end] = read
 
     @torch.inference_mode()

@@ -9,7 +9,7 @@ import specdec_core.engine as engine
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
 from specdec_core.cpu_kernels import PACKED
-from specdec_core.drafters import eagle
+from specdec_core import kv_cache
 from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
@@ -69,9 +69,9 @@ def test_greedy_head_drafts_equal_plain_and_generate(target, any_head, k, adapti
 
 
 def test_the_feature_buffer_grows_without_changing_a_draft(target, head, monkeypatch):
-    """The drafter keeps the target's features in a buffer with room to spare: started at 8 rows, it grows
-    several times over a 40-token run, and the drafts stay those of plain decoding."""
-    monkeypatch.setattr(eagle, "MIN_ROOM", 8)
+    """The drafter keeps the target's features in a buffer with room to spare (kv_cache.with_room): started at
+    8 rows, it grows over a 40-token run, and the drafts stay those of plain decoding."""
+    monkeypatch.setattr(kv_cache, "MIN_ROOM", 8)
     config = GenerationConfig(max_new_tokens=40)
     drafter = EagleDrafter(head)
     assert len(drafter._features) == 8
