@@ -24,7 +24,8 @@ the same command runs on a CPU, slower.
 
 Everything is cached: the generated data under $SPECDEC_CACHE_DIR/draft-data, the checkpoint
 under $SPECDEC_CACHE_DIR/draft-train. The learning curve (held-out top-1 agreement of each draft
-position with the target's greedy choice, by training tokens seen) is written beside the head as learning_curve.json.
+position with the target's greedy choice, by training tokens seen; a continued head's after its init's) is written beside
+the head as learning_curve.json.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class Settings:
     precision: str = "auto"  # "auto": bfloat16 autocast where the hardware multiplies bfloat16 (training_dtype); "float32"
     seed: int = 0
     evals_per_epoch: int = 4
+    depth_decay: float = 1.0  # depth s's loss weighs depth_decay ** (s - 1) (EAGLE-3: 0.8); 1.0: all depths alike
 
 
 # ---- data ------------------------------------------------------------------------------------------
@@ -221,8 +223,8 @@ def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor,
 
 
 def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> torch.Tensor:
-    """The EAGLE loss summed over depths, divided by the depth. (No agreement here: an argmax over the draft
-    vocabulary at every depth took 7% of a CPU step; heldout_agreement measures it at each evaluation.)"""
+    """The EAGLE loss at each depth, in a weighted mean (Settings.depth_decay). (No agreement here: an argmax
+    over the draft vocabulary at every depth took 7% of a CPU step; heldout_agreement measures it at each evaluation.)"""
     tokens, features, targets, mask = collate(batch, head.device)
     width = tokens.shape[1] - 2
     real_next = targets[:, 1 : width + 1][mask]  # [M, H] the target's last hidden state where each entry predicts
@@ -232,14 +234,15 @@ def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> to
         # float32 softmaxes: CPU autocast would leave them in bfloat16.
         target_top, target_ids = head.target_logits(real_next).float().softmax(-1).topk(TARGET_TOP, dim=-1)  # [M, TARGET_TOP]
     total = torch.zeros((), device=tokens.device)
-    for predicted in unrolled_pass(head, tokens, features, settings.depth):
+    weights = [settings.depth_decay ** s for s in range(settings.depth)]
+    for weight, predicted in zip(weights, unrolled_pass(head, tokens, features, settings.depth)):
         chosen = predicted[mask]  # [M, H]
         logits = head.logits(chosen)  # [M, N]
-        ce = -(target_top * logits.float().log_softmax(-1).gather(1, target_ids)).sum(-1).mean()
-        total = total + ce
+        loss = -(target_top * logits.float().log_softmax(-1).gather(1, target_ids)).sum(-1).mean()
         if head.fuse is None:  # EAGLE-1's output is a guess at the target's next (scaled) feature
-            total = total + settings.feature_weight * F.smooth_l1_loss(chosen, real_next / head.feature_scale)
-    return total / settings.depth
+            loss = loss + settings.feature_weight * F.smooth_l1_loss(chosen, real_next / head.feature_scale)
+        total = total + weight * loss
+    return total / sum(weights)
 
 
 @torch.no_grad()
@@ -411,8 +414,9 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes)
     if curve and curve[-1]["step"] == _total_steps(train_set, settings):
         save_head(head, out)
+        whole = after_init(init, curve) if init else curve
         (out / CURVE_NAME).write_text(
-            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "heldout_coverage": cover, "curve": curve},
+            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "heldout_coverage": cover, "curve": whole},
                        indent=1) + "\n"
         )
         load_head(out, target)  # what was saved must load
@@ -420,6 +424,18 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     else:
         print("stopped after a checkpoint; run the same command again to go on")
     return curve
+
+
+def after_init(init: Path, curve: list[dict]) -> list[dict]:
+    """A continued head's curve after its init's own (the init's learning_curve.json), its steps, epochs and
+    tokens counted on from where the init's ended: the head's whole training in one curve, as the app draws it."""
+    try:
+        earlier = json.loads((init / CURVE_NAME).read_text())["curve"]
+    except (OSError, ValueError, KeyError):
+        return curve  # a head saved without its curve: this run's alone
+    end = earlier[-1]
+    return earlier + [{**point, "step": point["step"] + end["step"], "epoch": round(point["epoch"] + end["epoch"], 3),
+                       "train_tokens": point["train_tokens"] + end["train_tokens"]} for point in curve]
 
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:

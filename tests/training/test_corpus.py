@@ -142,7 +142,11 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     further = train_and_save(replace(settings, epochs=1), target, tokenizer, "tiny chat", tmp_path / "further", None,
                              work=tmp_path, init=tmp_path / "head")
     assert further[0]["train_loss"] < curve[0]["train_loss"]
-    assert json.loads((tmp_path / "further" / "learning_curve.json").read_text())["init"] == str(tmp_path / "head")
+    saved = json.loads((tmp_path / "further" / "learning_curve.json").read_text())
+    assert saved["init"] == str(tmp_path / "head")
+    assert saved["curve"][: len(curve)] == curve  # the whole training in one curve: the init's, then this run's
+    assert [p["train_tokens"] - curve[-1]["train_tokens"] for p in saved["curve"][len(curve):]] == [p["train_tokens"] for p in further]
+    assert saved["curve"][-1]["epoch"] == pytest.approx(curve[-1]["epoch"] + further[-1]["epoch"], abs=1e-3)
     with pytest.raises(SystemExit, match="--init"):
         train_and_save(replace(settings, feature_layers=""), target, tokenizer, "tiny chat", tmp_path / "x", None,
                        work=tmp_path, init=tmp_path / "head")

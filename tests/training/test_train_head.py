@@ -1,6 +1,7 @@
 """Training the draft head: the --smoke run learns and saves a head that loads; the data keeps its split."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,22 @@ def test_a_training_step_under_bfloat16_autocast_gives_nearly_the_float32_loss()
             rounded = loss_terms(head, rounded_data, settings)
     assert float(rounded) != float(exact)  # bfloat16 was used
     assert abs(float(rounded) - float(exact)) <= 0.02 * float(exact)
+
+
+def test_depth_decay_weighs_the_unrolled_depths():
+    """depth_decay 1 is the plain mean over depths; a decay near 0 leaves depth 1's loss alone (the loss of a
+    depth-1 unroll); 0.8 (EAGLE-3) lies between, weighted toward the first depths."""
+    target = tiny_target()
+    rng = torch.Generator().manual_seed(2)
+    data = with_layers(target, [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(4)], ())
+    settings = Settings(draft_vocab=128, depth=3)
+    head = new_head(target, "tiny", data, settings, {255})
+    with torch.no_grad():
+        by_depth = [float(loss_terms(head, data, replace(settings, depth=d))) * d for d in (1, 2, 3)]  # summed losses
+        per_depth = [by_depth[0], by_depth[1] - by_depth[0], by_depth[2] - by_depth[1]]
+        assert len(set(per_depth)) == 3  # the depths differ, so the weights matter
+        for decay in (1.0, 0.8, 1e-9):
+            weights = [decay ** s for s in range(3)]
+            expected = sum(w * loss for w, loss in zip(weights, per_depth)) / sum(weights)
+            assert float(loss_terms(head, data, replace(settings, depth_decay=decay))) == pytest.approx(expected, rel=1e-4)
+        assert float(loss_terms(head, data, replace(settings, depth_decay=1e-9))) == pytest.approx(per_depth[0], rel=1e-4)
