@@ -75,12 +75,17 @@ summarization and about 1.0× on translation: the workload decides. For scale: a
 gives {expected_speedup(0.8, 4, 0.05):.2f}×.
 """
 
-HEAD_INTRO = f"""### The embedded model's draft: an EAGLE head trained here
+
+def head_intro(curve: list[dict]) -> str:
+    """The head's story, its training read from its learning curve (the corpus size and epochs it saw)."""
+    end = curve[-1]
+    seen = f"{end['train_tokens'] / end['epoch'] / 1e6:.2f}M answer tokens for {end['epoch']:g} epochs"
+    return f"""### The embedded model's draft: an EAGLE head trained here
 No small model of SmolLM2-135M's family exists, so its draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
 frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to prompts the target wrote itself
-(1M answer tokens of the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
+({seen}, from the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
 lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 14-55% of the

@@ -151,3 +151,12 @@ def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
     fig = charts.cost_curve_figure(CostCurve(short, tuple(0.06 * (1 + 0.2 * n) for n in range(17))))
     assert len(fig.data) == 3 and "1,024" in fig.data[1].name
     assert fig.data[1].y[-1] > fig.data[0].y[-1]  # wide passes dearer behind the long context
+
+
+def test_head_intro_states_the_training_its_curve_records():
+    """The explainer's account of the head names the corpus size and epochs of the shipped head's own curve."""
+    from app.explainer import head_intro, head_learning_curve
+
+    assert "1.50M answer tokens for 3 epochs" in head_intro([{"train_tokens": 4_500_000, "epoch": 3.0}])
+    shipped = head_learning_curve()
+    assert re.search(r"\d\.\d\dM answer tokens for \d+ epochs", head_intro(shipped))
