@@ -10,7 +10,7 @@ from .drafters.tree import attention_mask, positions
 from .errors import SpecDecError
 from .lean_pass import run_pass
 
-MIN_ROOM = 256  # positions a layer's buffer holds at first; it doubles when full
+MIN_ROOM = 256  # positions a growing buffer holds at first (with_room); when full it grows to twice what is asked
 
 
 def with_room(buffer: torch.Tensor, kept: int, end: int, dim: int) -> torch.Tensor:
