@@ -59,6 +59,7 @@ from specdec_core.prompts import stop_token_ids
 
 HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "eagle-smollm2-135m"
 TARGET_TOP = 16
+CHECKPOINT_MINUTES = 5  # between evaluations too: a session that ends (or a stop) loses at most this much
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,8 +276,9 @@ def train(
     checkpoint: Path,
     max_minutes: float | None = None,
 ) -> list[dict]:
-    """Trains in place, resuming from `checkpoint`; returns the learning curve. Stops early (after a
-    checkpoint) when max_minutes have passed; the next call goes on from there. Every sequence has
+    """Trains in place, resuming from `checkpoint`; returns the learning curve. Checkpoints at every evaluation
+    and every CHECKPOINT_MINUTES between them; stops early (after a checkpoint) when max_minutes have passed,
+    and the next call goes on from there. Every sequence has
     its features (the corpus's from feature_store.py); the step runs at training_dtype's precision."""
     trainable = [p for p in head.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -291,7 +293,7 @@ def train(
             optimizer.load_state_dict(saved["optimizer"])
             schedule.load_state_dict(saved["schedule"])
             state = saved["state"]
-    started = time.perf_counter()
+    started = saved_at = time.perf_counter()
     eval_every = max(1, steps_per_epoch // settings.evals_per_epoch)
     progress = tqdm(total=total_steps, initial=state["step"], desc="training draft head", unit="step")
     recent: list[float] = []
@@ -320,7 +322,8 @@ def train(
         last_eval = state["curve"][-1]["heldout_top1"] if state["curve"] else None
         progress.set_postfix(loss=f"{sum(recent) / max(1, len(recent)):.3f}", heldout=_fmt(last_eval), skipped=state.get("skipped", 0))
         done = state["step"] == total_steps
-        if state["step"] % eval_every == 0 or done:
+        evaluate = state["step"] % eval_every == 0 or done
+        if evaluate:
             state["curve"].append(
                 {
                     "step": state["step"],
@@ -331,8 +334,10 @@ def train(
                     "heldout_top1": [round(a, 4) for a in heldout_agreement(head, heldout_set, settings)],
                 }
             )
+        if evaluate or time.perf_counter() - saved_at > 60 * CHECKPOINT_MINUTES:
             _save_checkpoint(checkpoint, head, optimizer, schedule, state, settings)
-            if max_minutes is not None and time.perf_counter() - started > 60 * max_minutes and not done:
+            saved_at = time.perf_counter()
+            if max_minutes is not None and saved_at - started > 60 * max_minutes and not done:
                 break
     progress.close()
     return state["curve"]

@@ -140,3 +140,32 @@ def test_depth_decay_weighs_the_unrolled_depths():
             expected = sum(w * loss for w, loss in zip(weights, per_depth)) / sum(weights)
             assert float(loss_terms(head, data, replace(settings, depth_decay=decay))) == pytest.approx(expected, rel=1e-4)
         assert float(loss_terms(head, data, replace(settings, depth_decay=1e-9))) == pytest.approx(per_depth[0], rel=1e-4)
+
+
+def test_a_run_stopped_between_evaluations_resumes_to_the_same_head(tmp_path, monkeypatch):
+    """Checkpoints come every CHECKPOINT_MINUTES between evaluations too (a session's end loses at most that):
+    stopped after every single step and resumed each time, training ends where an uninterrupted run ends."""
+    from training import train_head
+
+    target = tiny_target()
+    rng = torch.Generator().manual_seed(3)
+    data = with_layers(target, [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(30)], ())
+    train_set, heldout_set = data[:24], data[24:]
+    settings = Settings(draft_vocab=128, depth=2, epochs=2, batch_tokens=256, lr=3e-3, evals_per_epoch=1)
+
+    def fresh_head():
+        torch.manual_seed(0)
+        return new_head(target, "tiny", train_set, settings, {255})
+
+    whole = fresh_head()
+    expected = train_head.train(whole, train_set, heldout_set, settings, tmp_path / "whole.pt")
+    monkeypatch.setattr(train_head, "CHECKPOINT_MINUTES", -1)  # a checkpoint after every step
+    calls, curve = 0, []
+    while not curve or curve[-1]["epoch"] < settings.epochs:
+        head = fresh_head()
+        curve = train_head.train(head, train_set, heldout_set, settings, tmp_path / "stopped.pt", max_minutes=-1)
+        calls += 1
+    assert calls == expected[-1]["step"] > 2 * settings.evals_per_epoch  # it stopped between evaluations
+    assert [p["heldout_top1"] for p in curve] == [p["heldout_top1"] for p in expected]
+    for mine, theirs in zip(head.parameters(), whole.parameters()):
+        torch.testing.assert_close(mine, theirs)
