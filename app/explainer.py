@@ -88,8 +88,8 @@ frequent tokens. Its cost per pass, measured on this machine, is listed under *T
 ({seen}, from the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
-lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 14-55% of the
-time by category (0.37 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
+lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 25-68% of the
+time by category (0.45 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
 copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens); where the head's passes earn less than they
 cost (translation, for this head), it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
 
