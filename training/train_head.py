@@ -7,6 +7,7 @@
         # on the corpus of training/corpus.py (token ids; features made batch by batch), an EAGLE-3 head
     ... --corpus-tokens 500000                     # its first 500k response tokens: the learning curve by data size
     ... --init assets/eagle-smollm2-135m --epochs 2 --out /tmp/h   # that head trained two epochs more (a new schedule)
+    ... --depth-decay 0.8                          # depth s's loss weighted 0.8^(s-1), as EAGLE-3 (default: all alike)
 
 Loss (EAGLE): smooth-L1 between the head's predicted feature and the target's real one, plus
 cross-entropy against the target's next-token distribution, cut to its TARGET_TOP most likely tokens
