@@ -22,6 +22,12 @@ from training.train_head import Settings, loss_terms, main, new_head, training_d
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def random_answers(count: int, seed: int) -> list[Sequence]:
+    """Random 40-token sequences whose last 32 are the answer, for loss and training tests on tiny_target."""
+    rng = torch.Generator().manual_seed(seed)
+    return [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(count)]
+
+
 def test_smoke_training_lowers_the_loss_and_saves_a_head_that_loads(tmp_path):
     main(["--smoke", "--out", str(tmp_path / "head")])
     curve = json.loads((tmp_path / "head" / "learning_curve.json").read_text())["curve"]
@@ -109,8 +115,7 @@ def test_a_training_step_under_bfloat16_autocast_gives_nearly_the_float32_loss()
     """bfloat16 autocast (training_dtype's choice where the CPU has it) changes the rounding, not the
     objective: on a tiny random target, features made and one batch's loss under it stay within 2% of float32's."""
     target = tiny_target()
-    rng = torch.Generator().manual_seed(1)
-    data = [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(6)]
+    data = random_answers(6, seed=1)
     settings = Settings(draft_vocab=128)
     exact_data = with_layers(target, data, ())
     head = new_head(target, "tiny", exact_data, settings, {255})
@@ -127,8 +132,7 @@ def test_depth_decay_weighs_the_unrolled_depths():
     """depth_decay 1 is the plain mean over depths; a decay near 0 leaves depth 1's loss alone (the loss of a
     depth-1 unroll); 0.8 (EAGLE-3) lies between, weighted toward the first depths."""
     target = tiny_target()
-    rng = torch.Generator().manual_seed(2)
-    data = with_layers(target, [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(4)], ())
+    data = with_layers(target, random_answers(4, seed=2), ())
     settings = Settings(draft_vocab=128, depth=3)
     head = new_head(target, "tiny", data, settings, {255})
     with torch.no_grad():
@@ -148,8 +152,7 @@ def test_a_run_stopped_between_evaluations_resumes_to_the_same_head(tmp_path, mo
     from training import train_head
 
     target = tiny_target()
-    rng = torch.Generator().manual_seed(3)
-    data = with_layers(target, [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(30)], ())
+    data = with_layers(target, random_answers(30, seed=3), ())
     train_set, heldout_set = data[:24], data[24:]
     settings = Settings(draft_vocab=128, depth=2, epochs=2, batch_tokens=256, lr=3e-3, evals_per_epoch=1)
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import specdec_core.engine as engine
+import specdec_core.kv_cache as kv_cache
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
 from specdec_core.cpu_kernels import PACKED
-from specdec_core import kv_cache
 from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
