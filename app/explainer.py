@@ -4,7 +4,7 @@ import json
 
 from specdec_core import expected_speedup
 from specdec_core.drafters import DRAFT_EAGLE
-from specdec_core.drafters.eagle import CURVE_NAME
+from specdec_core.drafters.eagle import AGREEMENT_NAME, CURVE_NAME
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, HEADS_DIR
 from specdec_core.drafters.hybrid import HybridDrafter
 
@@ -76,8 +76,9 @@ gives {expected_speedup(0.8, 4, 0.05):.2f}×.
 """
 
 
-def head_intro(curve: list[dict]) -> str:
-    """The head's story, its training read from its learning curve (the corpus size and epochs it saw)."""
+def head_intro(curve: list[dict], agreement: dict[str, list[float]]) -> str:
+    """The head's story: its training read from its learning curve (the corpus size and epochs it saw), its
+    agreement from the realistic set's measurement saved beside it (agreement.json)."""
     end = curve[-1]
     seen = f"{end['train_tokens'] / end['epoch'] / 1e6:.2f}M answer tokens for {end['epoch']:g} epochs"
     return f"""### The embedded model's draft: an EAGLE head trained here
@@ -88,19 +89,40 @@ frequent tokens. Its cost per pass, measured on this machine, is listed under *T
 ({seen}, from the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
-lookup in one tree: on prompts no one here trained on, the head alone guesses the first token right 25-68% of the
-time by category (0.45 on average), and lookup adds the copies (names, code, passages) it misses. While the answer
+lookup in one tree: {_agreement_sentence(agreement)} While the answer
 copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens); where the head's passes earn less than they
-cost (translation, for this head), it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
+cost, it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
+
+
+def _agreement_sentence(agreement: dict[str, list[float]]) -> str:
+    """What the realistic set's first-position agreement says, or what the lookup adds when it was not measured."""
+    copies = "lookup adds the copies (names, code, passages) the head misses."
+    by_category = {c: v[0] for c, v in agreement.items() if c != "all"}
+    if not by_category:
+        return f"{copies[0].upper()}{copies[1:]}"
+    weakest, strongest = min(by_category, key=by_category.get), max(by_category, key=by_category.get)
+    return (f"on prompts no one here trained on, the head alone guesses the first token right "
+            f"{by_category[weakest]:.0%} ({weakest.replace('_', ' ')}) to {by_category[strongest]:.0%} "
+            f"({strongest.replace('_', ' ')}) of the time by category ({agreement['all'][0]:.2f} over all), and {copies}")
+
+
+def _shipped_head_file(name: str) -> dict:
+    path = HEADS_DIR / DRAFT_EAGLE.removeprefix(DRAFT_EAGLE_PREFIX) / name
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def head_learning_curve() -> list[dict]:
     """The shipped head's learning curve, or [] when no head has been trained."""
-    path = HEADS_DIR / DRAFT_EAGLE.removeprefix(DRAFT_EAGLE_PREFIX) / CURVE_NAME
-    try:
-        return json.loads(path.read_text())["curve"]
-    except (OSError, ValueError, KeyError):
-        return []
+    return _shipped_head_file(CURVE_NAME).get("curve", [])
+
+
+def head_realistic_agreement() -> dict[str, list[float]]:
+    """The shipped head's top-1 agreement by draft position on the realistic set, per category and "all"
+    (`bench --agreement --save-beside`), or {} when it was not measured."""
+    return _shipped_head_file(AGREEMENT_NAME).get("suites", {}).get("realistic", {})
 
 TREE_INTRO = """### Chains and trees
 A chain drafts one guess per position; a **tree** (EAGLE-2, SpecInfer) drafts several, and one target pass checks

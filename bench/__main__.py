@@ -6,7 +6,7 @@
     python -m bench --suite spec_bench|realistic [--per-category 3] [--tokens 96]   # per category, every drafter
     python -m bench --bandwidth [--compiled] [--force-avx2]   # plain decoding against the memory-bandwidth bound; profile by op
     python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees by shape, and their modelled cost
-    python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3]   # teacher-forced agreement on the evaluation sets
+    python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3] [--save-beside]   # teacher-forced agreement on the evaluation sets
 
 The prompts are the held-out split of the draft head's training prompts (training/draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--trees", action="store_true", help="tokens per pass of the head's chains and trees by shape and budget, with their modelled cost")
     parser.add_argument("--agreement", default="", help="teacher-forced agreement of these head folders (comma-separated) "
                         "by category on the evaluation sets, at draft positions 1..--head-k")
+    parser.add_argument("--save-beside", action="store_true", help="--agreement: also write each head's results into its folder "
+                        "(agreement.json, which the app's explainer quotes for the shipped head)")
     parser.add_argument("--force-avx2", action="store_true", help="run as on an AVX2-only CPU: every kernel capped at AVX2, no oneDNN bfloat16")
     args = parser.parse_args()
     if args.force_avx2 and os.environ.get("SPECDEC_FORCE_AVX2") != "1":

@@ -5,6 +5,9 @@ prompts are the evaluation sets (assets/eval/, never trained on); the answers ar
 generated once and cached. This is how heads trained on different data or feature layouts are compared.
 
     python -m bench --agreement assets/eagle-smollm2-135m,/tmp/heads/fused --per-category 8 --tokens 96 --head-k 3
+
+With --save-beside each head's results are also written into its folder (agreement.json), where the app's
+explainer reads them: the shipped head's numbers then change with the head, never by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec_core import EMBEDDED_ID, load_model
-from specdec_core.drafters.eagle import load_head
+from specdec_core.drafters.eagle import AGREEMENT_NAME, load_head
 from specdec_core.eval_sets import by_category
 from specdec_core.machine import this_machine
 from specdec_core.prompts import encode_prompt, stop_token_ids
@@ -72,7 +75,17 @@ def agreement_report(args: argparse.Namespace) -> dict:
         data = answers(loaded.model, loaded.tokenizer, suite, args.per_category, args.tokens)
         report["suites"][suite] = {str(h): head_agreement(h, loaded.model, data, args.head_k) for h in heads}
         print_suite(suite, report["suites"][suite])
+    if args.save_beside:
+        for head in heads:
+            save_beside(head, report)
     return report
+
+
+def save_beside(head: Path, report: dict) -> None:
+    """This head's part of the report, into its folder."""
+    card = {key: report[key] for key in ("when", "machine", "tokens", "per_category", "depth")}
+    card["suites"] = {suite: by_head[str(head)] for suite, by_head in report["suites"].items()}
+    (head / AGREEMENT_NAME).write_text(json.dumps(card, indent=1) + "\n")
 
 
 def print_suite(suite: str, by_head: dict[str, dict[str, list[float]]]) -> None:

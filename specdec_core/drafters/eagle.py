@@ -56,6 +56,7 @@ from .tree import chain, choose_size, depths, path_to, reindexed
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 CURVE_NAME = "learning_curve.json"  # written by training/, shown by the app's explainer
+AGREEMENT_NAME = "agreement.json"  # written by `bench --agreement --save-beside`, quoted by the app's explainer
 
 
 EAGLE1 = "eagle1-llama-decoder-layer"  # reads the target's last layer

@@ -153,10 +153,20 @@ def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
     assert fig.data[1].y[-1] > fig.data[0].y[-1]  # wide passes dearer behind the long context
 
 
-def test_head_intro_states_the_training_its_curve_records():
-    """The explainer's account of the head names the corpus size and epochs of the shipped head's own curve."""
-    from app.explainer import head_intro, head_learning_curve
+def test_head_intro_states_the_training_its_curve_records_and_the_agreement_saved_beside_it():
+    """The explainer's account of the head names the corpus size and epochs of the shipped head's own curve, and
+    its weakest and strongest categories from the agreement measured beside it (none typed in by hand)."""
+    from app.explainer import head_intro, head_learning_curve, head_realistic_agreement
 
-    assert "1.50M answer tokens for 3 epochs" in head_intro([{"train_tokens": 4_500_000, "epoch": 3.0}])
-    shipped = head_learning_curve()
-    assert re.search(r"\d\.\d\dM answer tokens for \d+ epochs", head_intro(shipped))
+    curve = [{"train_tokens": 4_500_000, "epoch": 3.0}]
+    assert "1.50M answer tokens for 3 epochs" in head_intro(curve, {})
+    measured = {"translation": [0.204, 0.3], "code_edit": [0.7, 0.6], "writing": [0.5, 0.4], "all": [0.451, 0.4]}
+    text = head_intro(curve, measured)
+    assert "20% (translation) to 70% (code edit) of the time by category (0.45 over all)" in text
+    assert "guesses the first token" not in head_intro(curve, {}) and "Lookup adds the copies" in head_intro(curve, {})
+    shipped = head_realistic_agreement()
+    assert shipped["all"] and all(0 < v[0] < 1 for v in shipped.values())
+    weakest = min((v[0], c) for c, v in shipped.items() if c != "all")
+    shipped_text = head_intro(head_learning_curve(), shipped)
+    assert re.search(r"\d\.\d\dM answer tokens for \d+ epochs", shipped_text)
+    assert f"{weakest[0]:.0%} ({weakest[1].replace('_', ' ')})" in shipped_text

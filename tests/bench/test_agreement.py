@@ -3,8 +3,10 @@ target's answers are generated once and cached, and each category's agreement is
 
 import torch
 
-from bench.agreement import answers, head_agreement
-from specdec_core.drafters.eagle import save_head
+import json
+
+from bench.agreement import answers, head_agreement, save_beside
+from specdec_core.drafters.eagle import AGREEMENT_NAME, save_head
 from specdec_core.eval_sets import by_category
 from training.corpus_features import with_layers
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
@@ -39,3 +41,9 @@ def test_answers_are_cached_and_agreement_counts_every_position_once(tmp_path, m
         positions = {c: sum(len(s.tokens) - max(s.prompt_length, 2) for s in category) for c, category in data.items()}
         weighted = sum(result[c][0] * n for c, n in positions.items()) / sum(positions.values())
         assert abs(result["all"][0] - weighted) < 1e-3
+        # --save-beside: this head's slice of a report over several, in its own folder
+        folder = tmp_path / f"head{len(layers)}"
+        report = {"when": "now", "machine": {}, "tokens": 24, "per_category": 1, "depth": 2,
+                  "suites": {"realistic": {str(folder): result, "other": {}}}}
+        save_beside(folder, report)
+        assert json.loads((folder / AGREEMENT_NAME).read_text())["suites"] == {"realistic": result}
