@@ -422,8 +422,8 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
         save_head(head, out)
         whole = after_init(init, curve) if init else curve
         (out / CURVE_NAME).write_text(
-            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "heldout_coverage": cover, "curve": whole},
-                       indent=1) + "\n"
+            json.dumps({"settings": asdict(settings), "init": str(init) if init else None,
+                        "earlier_runs": init_recipe(init) if init else [], "heldout_coverage": cover, "curve": whole}, indent=1) + "\n"
         )
         load_head(out, target)  # what was saved must load
         print(f"saved {out}; held-out top-1 agreement per draft position: {_fmt(curve[-1]['heldout_top1'])}")
@@ -442,6 +442,15 @@ def after_init(init: Path, curve: list[dict]) -> list[dict]:
     end = earlier[-1]
     return earlier + [{**point, "step": point["step"] + end["step"], "epoch": round(point["epoch"] + end["epoch"], 3),
                        "train_tokens": point["train_tokens"] + end["train_tokens"]} for point in curve]
+
+
+def init_recipe(init: Path) -> list[dict]:
+    """The settings of each run that made the init, first to last: a continued head's file keeps its whole recipe."""
+    try:
+        saved = json.loads((init / CURVE_NAME).read_text())
+    except (OSError, ValueError):
+        return []
+    return saved.get("earlier_runs", []) + ([saved["settings"]] if "settings" in saved else [])
 
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:

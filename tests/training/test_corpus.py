@@ -3,7 +3,7 @@ and resumed after interruptions without a shard redone; its prompt set shares no
 evaluation set."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -144,6 +144,7 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     assert further[0]["train_loss"] < curve[0]["train_loss"]
     saved = json.loads((tmp_path / "further" / "learning_curve.json").read_text())
     assert saved["init"] == str(tmp_path / "head")
+    assert saved["earlier_runs"] == [asdict(settings)]  # the recipe: every run that made it, the init's first
     assert saved["curve"][: len(curve)] == curve  # the whole training in one curve: the init's, then this run's
     assert [p["train_tokens"] - curve[-1]["train_tokens"] for p in saved["curve"][len(curve):]] == [p["train_tokens"] for p in further]
     assert saved["curve"][-1]["epoch"] == pytest.approx(curve[-1]["epoch"] + further[-1]["epoch"], abs=1e-3)
