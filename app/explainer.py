@@ -99,7 +99,7 @@ def _agreement_sentence(agreement: dict[str, list[float]]) -> str:
     copies = "lookup adds the copies (names, code, passages) the head misses."
     by_category = {c: v[0] for c, v in agreement.items() if c != "all"}
     if not by_category:
-        return f"{copies[0].upper()}{copies[1:]}"
+        return f"n-gram {copies}"
     weakest, strongest = min(by_category, key=by_category.get), max(by_category, key=by_category.get)
     return (f"on prompts no one here trained on, the head alone guesses the first token right "
             f"{by_category[weakest]:.0%} ({weakest.replace('_', ' ')}) to {by_category[strongest]:.0%} "

@@ -163,7 +163,7 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
     measured = {"translation": [0.204, 0.3], "code_edit": [0.7, 0.6], "writing": [0.5, 0.4], "all": [0.451, 0.4]}
     text = head_intro(curve, measured)
     assert "20% (translation) to 70% (code edit) of the time by category (0.45 over all)" in text
-    assert "guesses the first token" not in head_intro(curve, {}) and "Lookup adds the copies" in head_intro(curve, {})
+    assert "guesses the first token" not in head_intro(curve, {}) and "n-gram lookup adds the copies" in head_intro(curve, {})
     shipped = head_realistic_agreement()
     assert shipped["all"] and all(0 < v[0] < 1 for v in shipped.values())
     weakest = min((v[0], c) for c, v in shipped.items() if c != "all")
