@@ -420,10 +420,10 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes)
     if curve and curve[-1]["step"] == _total_steps(train_set, settings):
         save_head(head, out)
-        whole = after_init(init, curve) if init else curve
+        earlier = _curve_file(init) if init else {}
         (out / CURVE_NAME).write_text(
-            json.dumps({"settings": asdict(settings), "init": str(init) if init else None,
-                        "earlier_runs": init_recipe(init) if init else [], "heldout_coverage": cover, "curve": whole}, indent=1) + "\n"
+            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "earlier_runs": init_recipe(earlier),
+                        "heldout_coverage": cover, "curve": after_init(earlier.get("curve", []), curve)}, indent=1) + "\n"
         )
         load_head(out, target)  # what was saved must load
         print(f"saved {out}; held-out top-1 agreement per draft position: {_fmt(curve[-1]['heldout_top1'])}")
@@ -432,25 +432,29 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     return curve
 
 
-def after_init(init: Path, curve: list[dict]) -> list[dict]:
-    """A continued head's curve after its init's own (the init's learning_curve.json), its steps, epochs and
-    tokens counted on from where the init's ended: the head's whole training in one curve, as the app draws it."""
+def _curve_file(head: Path) -> dict:
+    """A saved head's learning_curve.json, or {} for a head saved without one."""
     try:
-        earlier = json.loads((init / CURVE_NAME).read_text())["curve"]
-    except (OSError, ValueError, KeyError):
-        return curve  # a head saved without its curve: this run's alone
+        return json.loads((head / CURVE_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def after_init(earlier: list[dict], curve: list[dict]) -> list[dict]:
+    """A continued head's curve after its init's own (`earlier`, from the init's learning_curve.json), its steps,
+    epochs and tokens counted on from where the init's ended: the head's whole training in one curve, as the app
+    draws it. Without an earlier curve (a head saved without one), this run's alone."""
+    if not earlier:
+        return curve
     end = earlier[-1]
     return earlier + [{**point, "step": point["step"] + end["step"], "epoch": round(point["epoch"] + end["epoch"], 3),
                        "train_tokens": point["train_tokens"] + end["train_tokens"]} for point in curve]
 
 
-def init_recipe(init: Path) -> list[dict]:
-    """The settings of each run that made the init, first to last: a continued head's file keeps its whole recipe."""
-    try:
-        saved = json.loads((init / CURVE_NAME).read_text())
-    except (OSError, ValueError):
-        return []
-    return saved.get("earlier_runs", []) + ([saved["settings"]] if "settings" in saved else [])
+def init_recipe(init_file: dict) -> list[dict]:
+    """The settings of each run that made the init (from its learning_curve.json), first to last: a continued
+    head's file keeps its whole recipe."""
+    return init_file.get("earlier_runs", []) + ([init_file["settings"]] if "settings" in init_file else [])
 
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:

@@ -1,9 +1,9 @@
 """Teacher-forced agreement on the evaluation sets (bench/agreement.py), on a tiny random chat model: the
 target's answers are generated once and cached, and each category's agreement is its share of positions."""
 
-import torch
-
 import json
+
+import torch
 
 from bench.agreement import answers, head_agreement, save_beside
 from specdec_core.drafters.eagle import AGREEMENT_NAME, save_head
