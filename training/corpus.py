@@ -5,6 +5,8 @@ target's own answers to them, as token ids in resumable shards.
     nohup python -m training.corpus --target-tokens 2000000 > corpus.log 2>&1 &    # in the background
     python -m training.corpus --max-shards 20                # stop after 20 new shards (time boxing)
     python -m training.corpus --smoke --out /tmp/corpus      # a tiny random target, seconds (tests)
+    python -m training.corpus --out data/draft-corpus-2 --seed 1 --after data/draft-corpus
+        # a second corpus beside the first (more data: train_head --corpus A,B), repeating none of its prompts
 
 Stages, each a job of shards under --out (training/shards.py), each starting when the one before is done:
   user-turns     the target writes user messages itself (training/self_prompts.py, Magpie)
@@ -118,6 +120,7 @@ class Build:
     seeds: dict
     overlap: OverlapFilter
     dropped: dict[str, Counter]
+    after: tuple[Path, ...] = ()  # corpora this one adds to (--after): none of their prompts is repeated
 
     def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None,
             stop_loops: bool = False) -> Job:
@@ -263,18 +266,24 @@ def assemble(build: Build, singles: list[tuple[str, str]], chats: list[CorpusPro
         *(CorpusPrompt("templated", p.kind, (p.text,), 0.0) for p in templated),
     ]
     reasons = build.dropped.setdefault("prompt set", Counter())
+    earlier = {prompt_key(p) for folder in build.after for p in read_prompt_set(folder)}
     seen: set[str] = set()
     kept = []
     for prompt in candidates:
-        key = "\n".join(prompt.turns[::2]).strip().lower()
+        key = prompt_key(prompt)
         overlap = next(filter(None, (build.overlap.overlap(t) for t in prompt.turns[::2])), None)
-        if overlap or key in seen:
-            reasons[f"overlaps {overlap}" if overlap else "repeat"] += 1
+        if overlap or key in seen or key in earlier:
+            reasons[f"overlaps {overlap}" if overlap else "repeat" if key in seen else "in an earlier corpus"] += 1
             continue
         seen.add(key)
         kept.append(prompt)
     build.rng("order").shuffle(kept)
     return [replace(p, temperature=TEMPERATURES[i % len(TEMPERATURES)]) for i, p in enumerate(kept)]
+
+
+def prompt_key(prompt: CorpusPrompt) -> str:
+    """What makes two prompts the same one: their user turns, case and outer spaces aside."""
+    return "\n".join(prompt.turns[::2]).strip().lower()
 
 
 def write_prompt_set(build: Build, prompts: list[CorpusPrompt], singles: list[tuple[str, str]]) -> None:
@@ -285,6 +294,7 @@ def write_prompt_set(build: Build, prompts: list[CorpusPrompt], singles: list[tu
     path.with_name(path.name + ".tmp").replace(path)
     report = {
         "recipe": asdict(build.recipe),
+        "after": [str(folder) for folder in build.after],
         "sources": dict(Counter(p.source for p in prompts)),
         "families": dict(Counter(f"{p.source}/{p.family}" for p in prompts).most_common()),
         "temperatures": {str(t): n for t, n in sorted(Counter(p.temperature for p in prompts).items())},
@@ -305,11 +315,11 @@ def read_prompt_set(folder: Path) -> list[CorpusPrompt]:
 # ---- the whole build -------------------------------------------------------------------------------
 
 
-def build_corpus(target: Target, recipe: Recipe, out: Path, max_shards: int | None = None) -> list[Record]:
+def build_corpus(target: Target, recipe: Recipe, out: Path, max_shards: int | None = None, after: tuple[Path, ...] = ()) -> list[Record]:
     """The prompt set (made once), then the target's responses up to the token target. Raises
     shards.Stopped when max_shards new shards are written; the next call goes on from there."""
     out.mkdir(parents=True, exist_ok=True)
-    build = Build(target, recipe, out, ShardBudget(max_shards), load_seeds(), OverlapFilter(), {})
+    build = Build(target, recipe, out, ShardBudget(max_shards), load_seeds(), OverlapFilter(), {}, after)
     if not (out / "prompts.jsonl.gz").is_file():
         turns = user_turns(build)
         chats = recipe.count(recipe.chat_share)
@@ -359,17 +369,22 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the cores other work leaves free)")
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                         help="the target's dtype while it writes (auto: bfloat16 where this CPU multiplies it in hardware)")
+    parser.add_argument("--after", type=Path, nargs="*", default=(),
+                        help="corpora this one adds to (give it another --seed): it repeats none of their prompts")
     parser.add_argument("--smoke", action="store_true", help="tiny random target and a tiny recipe (tests)")
     args = parser.parse_args(argv)
     base = Recipe.smoke() if args.smoke else Recipe()
     recipe = replace(base, **{f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name) is not None})
     out = args.out or (cache_dir() / "draft-corpus-smoke" if args.smoke else CORPUS_DIR)
+    for folder in args.after:
+        if folder.resolve() == out.resolve() or not (folder / "prompts.jsonl.gz").is_file():
+            parser.error(f"--after {folder}: not an earlier corpus with a prompt set (prompts.jsonl.gz) beside --out {out}")
     target = smoke_target() if args.smoke else embedded_target(args.dtype)
     # A tiny model gains nothing from a second thread; a real one gets the cores nothing else is using.
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads or (1 if args.smoke else free_cores()))
     try:
-        records = build_corpus(target, recipe, out, args.max_shards)
+        records = build_corpus(target, recipe, out, args.max_shards, tuple(args.after))
     except Stopped as stop:
         print(f"{stop}; run the same command again to go on", file=sys.stderr)
         return None

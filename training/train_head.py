@@ -6,6 +6,7 @@
     python -m training.train_head --corpus data/draft-corpus --feature-layers 2,15,27 --out assets/eagle3-smollm2-135m
         # on the corpus of training/corpus.py (token ids; features made batch by batch), an EAGLE-3 head
     ... --corpus-tokens 500000                     # its first 500k response tokens: the learning curve by data size
+    ... --corpus data/draft-corpus,data/draft-corpus-2   # two corpora, the first one's answers first
     ... --init assets/eagle-smollm2-135m --epochs 2 --out /tmp/h   # that head trained two epochs more (a new schedule)
     ... --depth-decay 0.8                          # depth s's loss weighted 0.8^(s-1), as EAGLE-3 (default: all alike)
 
@@ -75,7 +76,7 @@ class Settings:
     lr: float = 1e-3
     feature_weight: float = 0.2  # EAGLE-1's regression of the target's next feature; a fused head has none
     feature_layers: str = ""  # the target layers a fused (EAGLE-3) head reads, "2,15,27"; "" = the last (EAGLE-1)
-    corpus: str = ""  # a folder of training/corpus.py to train on instead of the templates' answers
+    corpus: str = ""  # folders of training/corpus.py, comma-separated, to train on instead of the templates' answers
     corpus_tokens: int = 0  # only the corpus's first N response tokens (0: all): the learning curve by data size
     precision: str = "auto"  # "auto": bfloat16 autocast where the hardware multiplies bfloat16 (training_dtype); "float32"
     seed: int = 0
@@ -97,10 +98,14 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
     held-out ones' by a float32 forward, in memory. The store holds every training sequence; the cap takes
     the first of them, in the shard order the corpus plan shuffled, so a smaller set samples every kind of
-    prompt and the learning curve's runs share one store."""
-    written = answers(Path(settings.corpus))
-    if not written:
-        raise SystemExit(f"{settings.corpus} holds no answers yet: run `python -m training.corpus` first.")
+    prompt and the learning curve's runs share one store. Several corpora come one after the other, so a run
+    capped at the first one's size trains on it alone (what the second one adds, measured)."""
+    written = []
+    for folder in settings.corpus.split(","):
+        found = answers(Path(folder))
+        if not found:
+            raise SystemExit(f"{folder} holds no answers yet: run `python -m training.corpus --out {folder}` first.")
+        written += found
     train_set, heldout_set = [], []
     for answer, sequence in zip(written, ids_only([a.record for a in written])):
         (heldout_set if answer.heldout else train_set).append(sequence)

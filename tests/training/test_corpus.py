@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.corpus import _passage_rejected, _whole_paragraphs, embedded_target, generation_dtype, main, read_prompt_set
+from training.corpus import (Build, Recipe, _passage_rejected, _whole_paragraphs, assemble, embedded_target, generation_dtype, main,
+                             prompt_key, read_prompt_set)
 from training import corpus_answers
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
 from training.quality import TextLimits
-from training.shards import read_job
+from training.shards import ShardBudget, read_job
+from training.task_families import load_seeds
 from training.text_ngrams import normalised
 
 STAGES = ("user-turns", "articles", "first-answers", "second-turns", "responses")
@@ -114,6 +116,18 @@ def test_the_prompt_set_has_no_repeats(whole):
     assert len(set(keys)) == len(keys)
 
 
+def test_a_corpus_built_after_another_repeats_none_of_its_prompts(whole, tmp_path):
+    out, _ = whole
+    build = Build(None, Recipe.smoke(), tmp_path, ShardBudget(None), load_seeds(), OverlapFilter(), {}, after=(out,))
+    earlier = {prompt_key(p) for p in read_prompt_set(out)}
+    # the same recipe and seed, as the earlier corpus: its family and templated prompts come again, and every one is dropped
+    again = assemble(build, [], [], [])
+    assert not earlier & {prompt_key(p) for p in again}
+    assert build.dropped["prompt set"]["in an earlier corpus"] > 0
+    with pytest.raises(SystemExit):  # --after must name a corpus with a prompt set
+        main(["--smoke", "--out", str(tmp_path / "second"), "--after", str(tmp_path / "missing")])
+
+
 def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompts(whole, tmp_path, monkeypatch):
     """train_head --corpus: ids in, the training features made once into the store, the held-out ones in memory."""
     from specdec_core.drafters.eagle import load_head
@@ -135,6 +149,10 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     assert heldout_set[0].features.shape[1] == 2 * target.config.hidden_size
     capped, _ = corpus_data(Settings(corpus=str(out), corpus_tokens=40), target, tmp_path)
     assert 0 < len(capped) < len(train_set)  # the learning curve's smaller sets
+    both_train, both_heldout = corpus_data(replace(settings, corpus=f"{out},{out}"), target, tmp_path)  # two corpora, in order
+    assert [s.tokens.tolist() for s in both_train] == [s.tokens.tolist() for s in train_set + train_set] and len(both_heldout) == 2 * len(heldout_set)
+    with pytest.raises(SystemExit, match="no answers"):
+        corpus_data(replace(settings, corpus=f"{out},{tmp_path / 'empty'}"), target, tmp_path)
     curve = train_and_save(settings, target, tokenizer, "tiny chat", tmp_path / "head", None, work=tmp_path)
     assert curve[-1]["train_loss"] < curve[0]["train_loss"]
     assert load_head(tmp_path / "head", target).config.layers == (0, 1)
