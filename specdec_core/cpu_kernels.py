@@ -103,6 +103,11 @@ class KernelPlan:
 
     single: str = PACKED
     wide: str = PACKED
+    # Row counts computed one row wider, because here a pass over them cost more than over one row more: on the
+    # 2-core AVX-512 EPYC, oneDNN's float32 kernel for 2 rows made a 2-token pass 1.12-1.2x a 3-token one (every
+    # linear streams its weight from memory, and the 2-row kernel reads it slower), so k = 1 drafts and probes
+    # cost more than k = 3. tuning.py finds them from the measured curve; the padded row's output is dropped.
+    padded_rows: tuple[int, ...] = ()
 
     @property
     def packs(self) -> bool:
@@ -115,6 +120,7 @@ class KernelPlan:
 
 # module -> its plan; modules without one use PACKED wherever oneDNN supports their dtype
 _plans: weakref.WeakKeyDictionary[torch.nn.Linear, KernelPlan] = weakref.WeakKeyDictionary()
+_DEFAULT_PLAN = KernelPlan()
 
 
 def set_kernel_plan(model: torch.nn.Module, plan: KernelPlan) -> None:
@@ -126,13 +132,17 @@ def set_kernel_plan(model: torch.nn.Module, plan: KernelPlan) -> None:
 
 
 def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    plan = _plans.get(self, _DEFAULT_PLAN)
+    rows = x.numel() // x.shape[-1]
+    if rows in plan.padded_rows:
+        return _linear(self, torch.cat([x, x[..., -1:, :]], dim=-2), plan.wide)[..., :rows, :]
+    return _linear(self, x, plan.single if rows == 1 else plan.wide)
+
+
+def _linear(self: torch.nn.Linear, x: torch.Tensor, kernel: str) -> torch.Tensor:
     # A released (meta) weight always goes through _packed_weight, which refuses it unless its packed
     # copy matches: F.linear on a meta weight would "compute" a meta tensor instead of failing.
-    if self.weight.is_meta:
-        return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
-    plan = _plans.get(self)
-    kernel = PACKED if plan is None else plan.single if x.numel() == x.shape[-1] else plan.wide
-    if kernel == PACKED and onednn_supports(self.weight.dtype):
+    if self.weight.is_meta or (kernel == PACKED and onednn_supports(self.weight.dtype)):
         return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
     return F.linear(x, self.weight, self.bias)
 

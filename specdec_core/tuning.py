@@ -19,7 +19,7 @@ import statistics
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -40,6 +40,7 @@ CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of
 # 1.12 behind 160 tokens, 1.33 behind 1,200), and a tree sized by the short curve lost to the chain on long prompts.
 LONG_CONTEXT_TOKENS = 1024
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
+PADDING_GAIN = 1.05  # a width is computed one row wider (KernelPlan.padded_rows) where that pass is this much cheaper
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +217,8 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
     dtype = next(model.parameters()).dtype
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
-                "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS]}
+                "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
+                "plan": "kernels and padded rows"}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
@@ -224,18 +226,25 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
         plan = _plan_from(kernels)
         set_kernel_plan(model, plan)
         widths = range(1, LONGEST_VERIFICATION + 1)
-        short = _non_decreasing(_time_widths(model, widths, REPEATS, CONTEXT_TOKENS))
+        raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS)
+        if on_cpu and (padded := _padded_rows(raw)):
+            plan = replace(plan, padded_rows=padded)
+            set_kernel_plan(model, plan)
+            raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS)
+        short = _non_decreasing(raw)
         long_curve = None  # a window too short to hold the long context (tiny test models, GPT-2's 1,024): the short curve alone
         if context_window(model) >= LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:
             long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS))
             # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
             long_curve = [max(s, t) for s, t in zip(short, long)]
-        return {"kernels": kernels, "plan": [plan.single, plan.wide], "curve": short, "long_curve": long_curve}
+        return {"kernels": kernels, "plan": [plan.single, plan.wide, list(plan.padded_rows)], "curve": short, "long_curve": long_curve}
 
     result, from_disk = cached("target", identity, measure)
-    plan = KernelPlan(*result["plan"])
+    single, wide, padded = result["plan"]
+    plan = KernelPlan(single, wide, tuple(padded))
     set_kernel_plan(model, plan)
-    choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-{LONGEST_VERIFICATION}", result["kernels"],
+    padding = "".join(f", {n} rows computed as {n + 1}" for n in plan.padded_rows)
+    choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-{LONGEST_VERIFICATION}{padding}", result["kernels"],
                     "read from the tuning cache" if from_disk else "measured now")
     long_curve = result.get("long_curve")
     tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))
@@ -259,6 +268,12 @@ def _time_kernels(model: PreTrainedModel) -> dict[str, float]:
             for width, t in zip((1, 5), _time_widths(model, (1, 5), 1)):
                 times.setdefault(f"{kernel} x{width}", []).append(t)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _padded_rows(seconds: list[float]) -> tuple[int, ...]:
+    """The widths n >= 2 whose pass (seconds[n - 1]) costs PADDING_GAIN times more than one over n + 1: a
+    kernel choice of the library for that row count, which computing one row more avoids."""
+    return tuple(n for n in range(2, len(seconds)) if seconds[n - 1] > PADDING_GAIN * seconds[n])
 
 
 def _plan_from(kernels: dict[str, float]) -> KernelPlan:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from specdec_core import cpu_kernels
 from specdec_core.cpu_kernels import (
     PACKED,
     STOCK,
@@ -39,7 +40,8 @@ IDS = torch.tensor([[1, 5, 7, 3, 9]])
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 17, 80])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("plan", [KernelPlan(), KernelPlan(STOCK, STOCK), KernelPlan(PACKED, STOCK), KernelPlan(STOCK, PACKED)])
+@pytest.mark.parametrize("plan", [KernelPlan(), KernelPlan(STOCK, STOCK), KernelPlan(PACKED, STOCK), KernelPlan(STOCK, PACKED),
+                                  KernelPlan(PACKED, PACKED, (2,)), KernelPlan(STOCK, STOCK, (2, 5))])
 def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     stock = linear(bias)
     patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
@@ -47,6 +49,20 @@ def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     x = torch.randn(1, rows, 24)
     assert "forward" in patched[0].__dict__
     torch.testing.assert_close(patched(x), stock(x))
+
+
+def test_padded_rows_are_computed_one_row_wider_and_give_the_same_rows(cpu_path, monkeypatch):
+    stock = linear()
+    patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
+    set_kernel_plan(patched, KernelPlan(PACKED, PACKED, (2,)))
+    release_dense_weights(patched)  # as the served target: its packed weights only
+    computed = []
+    real = cpu_kernels._linear
+    monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: computed.append(x.shape[-2]) or real(module, x, kernel))
+    for rows in (1, 2, 3):
+        x = torch.randn(1, rows, 24)
+        torch.testing.assert_close(patched(x), stock(x))
+    assert computed == [1, 3, 3]
 
 
 def test_forced_avx2_path_turns_off_onednn_bfloat16_only(cpu_path):

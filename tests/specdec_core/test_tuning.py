@@ -8,7 +8,7 @@ import torch
 from specdec_core import tuning
 from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
 from specdec_core.machine import ISA_FLAGS, this_machine
-from specdec_core.tuning import CostCurve, _non_decreasing, _plan_from, choose_fastest, cost_curve, tune_target
+from specdec_core.tuning import CostCurve, _non_decreasing, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
 from tests.conftest import tiny_llama
 
 
@@ -54,6 +54,12 @@ def test_plan_takes_the_faster_kernel_per_width():
     timed = {"packed x1": 0.05, "stock x1": 0.06, "packed x5": 0.09, "stock x5": 0.07}
     assert _plan_from(timed) == KernelPlan(PACKED, STOCK)
     assert _plan_from({}) == KernelPlan(STOCK, STOCK)  # nothing timed: no oneDNN, or not a CPU
+
+
+def test_a_width_dearer_than_one_row_wider_is_padded():
+    assert _padded_rows([0.030, 0.036, 0.029, 0.029, 0.030, 0.034]) == (2,)  # the 2-row kernel of the AVX-512 EPYC
+    assert _padded_rows([0.030, 0.031, 0.032, 0.033]) == ()  # a curve that only rises (or within noise): nothing
+    assert _padded_rows([0.030, 0.040, 0.041, 0.035]) == (3,)  # compared with the next width, as measured
 
 
 def test_machine_names_its_isa_and_the_forced_path(cpu_path):
