@@ -134,8 +134,9 @@ def set_kernel_plan(model: torch.nn.Module, plan: KernelPlan) -> None:
 def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     plan = _plans.get(self, _DEFAULT_PLAN)
     rows = x.numel() // x.shape[-1]
-    if rows in plan.padded_rows:
-        return _linear(self, torch.cat([x, x[..., -1:, :]], dim=-2), plan.wide)[..., :rows, :]
+    if rows in plan.padded_rows:  # the rows of every batch row together, as the kernel sees them
+        flat = x.reshape(rows, x.shape[-1])
+        return _linear(self, torch.cat([flat, flat[-1:]]), plan.wide)[:rows].reshape(*x.shape[:-1], -1)
     return _linear(self, x, plan.single if rows == 1 else plan.wide)
 
 

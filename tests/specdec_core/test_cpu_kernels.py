@@ -59,10 +59,10 @@ def test_padded_rows_are_computed_one_row_wider_and_give_the_same_rows(cpu_path,
     computed = []
     real = cpu_kernels._linear
     monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: computed.append(x.shape[-2]) or real(module, x, kernel))
-    for rows in (1, 2, 3):
-        x = torch.randn(1, rows, 24)
+    for shape in ((1, 1, 24), (1, 2, 24), (1, 3, 24), (2, 1, 24), (2, 24)):  # a batch of two one-token rows too
+        x = torch.randn(shape)
         torch.testing.assert_close(patched(x), stock(x))
-    assert computed == [1, 3, 3]
+    assert computed == [1, 3, 3, 3, 3]
 
 
 def test_forced_avx2_path_turns_off_onednn_bfloat16_only(cpu_path):
