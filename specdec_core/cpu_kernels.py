@@ -104,9 +104,10 @@ class KernelPlan:
     single: str = PACKED
     wide: str = PACKED
     # Row counts computed one row wider, because here a pass over them cost more than over one row more: on the
-    # 2-core AVX-512 EPYC, oneDNN's float32 kernel for 2 rows made a 2-token pass 1.12-1.2x a 3-token one (every
-    # linear streams its weight from memory, and the 2-row kernel reads it slower), so k = 1 drafts and probes
-    # cost more than k = 3. tuning.py finds them from the measured curve; the padded row's output is dropped.
+    # 2-core AVX-512 EPYC, oneDNN's float32 kernel for 2 rows made a 2-token pass 1.12-1.2x a 3-token one (in the
+    # model 231 against 195 us a linear call; a lone linear with its weight in cache shows no such step), so k = 1
+    # drafts and probes cost more than k = 3. tuning.py finds them from the measured curve; the padded row's output
+    # is dropped.
     padded_rows: tuple[int, ...] = ()
 
     @property
