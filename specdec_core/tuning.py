@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psutil
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
@@ -189,8 +190,7 @@ def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict
         pass
     result = measure()
     if busy_now:
-        log.warning("%s measured while other work kept the CPU busy (load %.1f): used, and measured again on a quiet start",
-                    name, os.getloadavg()[0])
+        log.warning("%s measured while other work kept the CPU busy: used, and measured again on a quiet start", name)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(f".{os.getpid()}.tmp")
     staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "busy": busy_now, "result": result}, indent=1))
@@ -199,10 +199,24 @@ def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict
 
 
 def _busy() -> bool:
-    """Whether other work keeps the CPU busy just before a measurement: a 1-minute load average above
-    one core's worth, or half the cores on a larger machine. A lagging average errs on the side of
-    measuring again later."""
-    return os.getloadavg()[0] > max(1.0, 0.5 * (os.cpu_count() or 1))
+    """Whether other work keeps the CPU busy just before a measurement: other processes (and, on a VM,
+    its neighbours' steal) using more than half a core, or a quarter of the cores on a larger machine.
+    This process's own work is left out: the 1-minute load average counted it, so the measurement
+    right after a long one (the head's after the target's) always read as busy."""
+    return other_cores_busy() > max(0.5, 0.25 * (os.cpu_count() or 1))
+
+
+def other_cores_busy(window: float = 0.2) -> float:
+    """Cores' worth of CPU time that processes other than this one used over `window` seconds."""
+    own, system = psutil.Process(), psutil.cpu_times()
+    own_before, started = sum(own.cpu_times()[:2]), time.perf_counter()
+    time.sleep(window)
+    after = psutil.cpu_times()
+    busy = sum(getattr(after, f) - getattr(system, f) for f in _BUSY_FIELDS if hasattr(after, f))
+    return max(0.0, busy - (sum(own.cpu_times()[:2]) - own_before)) / (time.perf_counter() - started)
+
+
+_BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")  # psutil.cpu_times(): all but idle and iowait
 
 
 # ---- the target ---------------------------------------------------------------------------------------

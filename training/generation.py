@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.cache_utils import DynamicCache
 
+from specdec_core.tuning import other_cores_busy
+
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
@@ -152,7 +154,7 @@ def _looping(generated: torch.Tensor) -> torch.Tensor:
 
 
 def free_cores() -> int:
-    """CPU cores not busy with other work (by the 1-minute load average), at least one: decoding
+    """CPU cores not busy with other processes (tuning.other_cores_busy), at least one: decoding
     with more threads than free cores makes every OpenMP barrier wait for a descheduled thread.
     Measured on 2 shared cores (load about 3): 1 thread 110 response tokens/s, 2 threads 22."""
-    return max(1, (os.cpu_count() or 1) - round(os.getloadavg()[0]))
+    return max(1, (os.cpu_count() or 1) - round(other_cores_busy()))
