@@ -100,8 +100,34 @@ def _warpers(sampling: Sampling) -> LogitsProcessorList | None:
         return None
     warpers = [TemperatureLogitsWarper(sampling.temperature)]
     if sampling.top_p < 1:
-        warpers.append(TopPLogitsWarper(sampling.top_p))
+        warpers.append(NucleusWarper(sampling.top_p))
     return LogitsProcessorList(warpers)
+
+
+class NucleusWarper(TopPLogitsWarper):
+    """transformers' top-p cut, found among each row's NUCLEUS_CANDIDATES likeliest tokens where they hold it.
+
+    TopPLogitsWarper sorts the whole vocabulary of every row: 30% of an article batch's step (96 rows
+    of 49,152 tokens, 2 AVX2 cores, py-spy). A nucleus of 0.95 lies within a row's top few hundred
+    tokens at the temperatures used here, and torch.topk finds those without the sort. A token is kept
+    when the tokens likelier than it hold less than top_p (the library's rule: removed when it and the
+    less likely ones hold at most 1 - top_p); rows whose nucleus reaches past the candidates go to the
+    library's own cut."""
+
+    def __call__(self, input_ids: torch.LongTensor | None, scores: torch.Tensor) -> torch.Tensor:
+        candidates = scores.topk(min(NUCLEUS_CANDIDATES, scores.shape[-1]), dim=-1)  # sorted, likeliest first
+        probs = (candidates.values - scores.logsumexp(dim=-1, keepdim=True)).exp()
+        likelier = probs.cumsum(dim=-1) - probs  # the mass of the tokens likelier than each
+        kept = likelier < self.top_p
+        kept[:, : self.min_tokens_to_keep] = True
+        out = torch.full_like(scores, self.filter_value).scatter(1, candidates.indices, candidates.values.masked_fill(~kept, self.filter_value))
+        beyond = kept[:, -1]  # the last candidate is kept: the nucleus may reach past the candidates
+        if beyond.any():
+            out[beyond] = super().__call__(input_ids, scores[beyond])
+        return out
+
+
+NUCLEUS_CANDIDATES = 1024
 
 
 def _pick(logits: torch.Tensor, warpers: LogitsProcessorList | None) -> torch.Tensor:

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
+from transformers import TopPLogitsWarper
 
 from training.corpus_features import ids_only, with_layers
-from training.generation import Sampling, encode_chat, generate, sample
+from training.generation import NUCLEUS_CANDIDATES, NucleusWarper, Sampling, encode_chat, generate, sample
 from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
 from training.tiny_chat import tiny_target
@@ -114,6 +115,22 @@ def test_sampling_draws_each_token_with_its_probability_across_blocks():
     skewed[:100] *= 1.2
     skewed *= expected.sum() / skewed.sum()
     assert chisquare(observed, skewed.numpy()).pvalue < 1e-6
+
+
+def test_the_nucleus_cut_keeps_the_tokens_transformers_top_p_keeps():
+    """Among the top candidates where they hold the nucleus, and through the library's cut where they do not
+    (the flat rows); peaked and flat rows alike, at the corpus's 0.95 and a tighter 0.5."""
+    generator = torch.Generator().manual_seed(0)
+    vocabulary = 49_152
+    peaked = torch.randn(48, vocabulary, generator=generator) * torch.linspace(5, 12, 48)[:, None]  # nuclei of 1-200 tokens
+    flat = torch.randn(4, vocabulary, generator=generator) * 0.1  # a nucleus of thousands of tokens
+    scores = torch.cat([peaked, flat])
+    for top_p in (0.95, 0.5):
+        ours, theirs = NucleusWarper(top_p)(None, scores), TopPLogitsWarper(top_p)(None, scores)
+        assert torch.equal(ours.isfinite(), theirs.isfinite()), top_p
+        assert torch.equal(ours[ours.isfinite()], scores[ours.isfinite()])
+        assert (ours[:48].isfinite().sum(-1) < NUCLEUS_CANDIDATES).all()  # the peaked rows' cut among the candidates
+        assert (ours[48:].isfinite().sum(-1) > NUCLEUS_CANDIDATES).all()  # the flat rows' past them
 
 
 def test_a_looping_row_stops_where_its_loop_repeats_and_comes_back_unfinished():
