@@ -50,6 +50,14 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = keys[..., :end, :], values[..., :end, :]
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keeps the batch rows at `indices` (a batch whose ended rows leave it, training/generation.py), in the
+        buffer too: DynamicLayer's would replace keys and values and leave the buffer's rows stale."""
+        if self.is_initialized:
+            length = self.get_seq_length()
+            self.room = tuple(buffer[indices] for buffer in self.room)
+            self.keys, self.values = (buffer[..., :length, :] for buffer in self.room)
+
     def keep_rows(self, start: int, rows: torch.Tensor) -> None:
         """Compacts the positions from `start` on to those at start + rows (ascending), written back into the
         buffer right after the prefix, which stays where it is: moving only the pass's rows rather than the
@@ -58,6 +66,13 @@ class GrowingLayer(DynamicLayer):
         keys, values = self.keys.index_select(-2, index), self.values.index_select(-2, index)
         self.keys, self.values = self.keys[..., :start, :], self.values[..., :start, :]  # views of the buffer
         self.update(keys, values)
+
+
+def growing_cache(model: PreTrainedModel) -> DynamicCache:
+    """transformers' DynamicCache for the model, its plain layers GrowingLayers."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 class CachedModel:
@@ -71,8 +86,7 @@ class CachedModel:
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.device = model.device
-        self.cache = DynamicCache(config=model.config)
-        self.cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.cache.layers]
+        self.cache = growing_cache(model)
         self.passes = 0
 
     @property

@@ -89,3 +89,22 @@ def test_growing_layer_holds_what_transformers_dynamic_layer_holds():
         assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
     assert ours.get_seq_length() > MIN_ROOM and ours.room[0].shape[-2] > MIN_ROOM  # it grew
     assert ours.keys.data_ptr() == ours.room[0].data_ptr()  # and still appends in place
+
+
+def test_growing_layer_drops_batch_rows_as_transformers_dynamic_layer_does():
+    """A batch whose ended rows leave it (training/generation.py): after each drop, appending goes on into the
+    kept rows of the buffer, never into the stale rows of the one before."""
+    generator = torch.Generator().manual_seed(1)
+    ours, theirs = GrowingLayer(), DynamicLayer()
+    rows = 5
+    for step in range(40):
+        keys, values = torch.randn(rows, 2, 3 if step == 0 else 1, 4, generator=generator), torch.randn(rows, 2, 3 if step == 0 else 1, 4, generator=generator)
+        for layer in (ours, theirs):
+            layer.update(keys, values)
+        if step in (4, 17, 30):
+            kept = torch.tensor([n for n in range(rows) if n != step % rows])
+            for layer in (ours, theirs):
+                layer.batch_select_indices(kept)
+            rows -= 1
+        assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
+    assert ours.keys.shape[0] == 2 and ours.keys.data_ptr() == ours.room[0].data_ptr()
