@@ -181,13 +181,17 @@ def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict
     machine = this_machine()
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
     path = tuning_dir() / f"{name}-{machine.key}-{digest}.json"
-    busy_now = _busy()
     try:
         saved = json.loads(path.read_text())
-        if busy_now or not saved.get("busy"):
-            return saved["result"], True
-    except (OSError, ValueError, KeyError):
-        pass
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict) or "result" not in saved:
+        saved = None  # none yet, or a file from before the format or cut short
+    if saved is not None and not saved.get("busy"):
+        return saved["result"], True
+    busy_now = _busy()  # only asked where it decides something: it takes a fifth of a second
+    if saved is not None and busy_now:
+        return saved["result"], True
     result = measure()
     if busy_now:
         log.warning("%s measured while other work kept the CPU busy: used, and measured again on a quiet start", name)
