@@ -186,7 +186,7 @@ def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict
     except (OSError, ValueError):
         saved = None
     if not isinstance(saved, dict) or "result" not in saved:
-        saved = None  # none yet, or a file from before the format or cut short
+        saved = None  # none yet, or a file that is not a tuning record (files are replaced whole, never cut short)
     if saved is not None and not saved.get("busy"):
         return saved["result"], True
     busy_now = _busy()  # only asked where it decides something: it takes a fifth of a second
