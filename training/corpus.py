@@ -44,7 +44,7 @@ from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.model_draft import reduced_copy
 from specdec_core.sources import cache_dir
 from training import diversity
-from training.corpus_answers import answers
+from training.corpus_answers import ANSWER_JOBS, answers
 from training.dedupe import distinct
 from training.draft_data import TEMPERATURES, sample_prompts
 from training.eval_overlap import OverlapFilter
@@ -124,7 +124,9 @@ class Build:
 
     def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None,
             stop_loops: bool = False) -> Job:
-        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens, stop_loops)
+        keep_features = name in ANSWER_JOBS  # what the head trains on (corpus_answers)
+        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens, stop_loops,
+                   keep_features)
 
     def rng(self, stage: str) -> random.Random:
         return random.Random(f"{self.recipe.seed}-{stage}")

@@ -8,11 +8,15 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.shards import Record, read_shard
+import numpy as np
+
+from training.feature_store import token_key
+from training.shards import Record, read_features, read_shard
 
 # The jobs whose records are the target's answers to a prompt, as served: the training data. Answers the
 # corpus's filters would drop (empty, looping) stay, as in the responses: they are the target's own behaviour.
 RESPONSES, FIRST_ANSWERS = "responses", "first-answers"
+ANSWER_JOBS = (RESPONSES, FIRST_ANSWERS)
 HELDOUT_EVERY = 50  # about one conversation in 50 is held out (the learning curve's)
 
 
@@ -29,12 +33,32 @@ def answers(folder: Path) -> list[Answer]:
     written later does not move the ones before it. A record is held out by a stable hash of its
     conversation: a two-turn chat's first answer and its second (whose prompt begins with the first
     answer's prompt, and whose follow-up often asks to restate it) fall on the same side."""
-    jobs = [_job_records(folder / name) for name in (RESPONSES, FIRST_ANSWERS)]
+    jobs = [_job_records(folder / name) for name in ANSWER_JOBS]
     placed = sorted((((place, n, i), record) for n, job in enumerate(jobs) for place, i, record in job), key=lambda pair: pair[0])
     records = [record for _, record in placed]
     firsts = {tuple(r.prompt) for _, _, r in jobs[1]}
     lengths = sorted({len(p) for p in firsts})
     return [Answer(r, zlib.crc32(repr(_conversation(r.prompt, firsts, lengths)).encode()) % HELDOUT_EVERY == 0) for r in records]
+
+
+def made_features(folder: Path, precision: str) -> dict[bytes, np.ndarray]:
+    """The features the generation kept for the answers at `precision` (shards.features_path; on the machine
+    that wrote them), by feature_store.token_key of the answer's prompt and response: rows a feature store
+    copies instead of recomputing."""
+    made = {}
+    for name in ANSWER_JOBS:
+        for shard in sorted((folder / name).glob("shard-*.npz")):
+            rows = read_features(shard, precision)
+            if rows is None:
+                continue
+            start = 0
+            for record in read_shard(shard):
+                tokens = record.prompt + record.response
+                made[token_key(tokens)] = rows[start : start + len(tokens)]
+                start += len(tokens)
+            if start != len(rows):
+                raise ValueError(f"{shard}'s features hold {len(rows)} rows for its {start} tokens: delete the features file")
+    return made
 
 
 def _job_records(folder: Path) -> list[tuple[float, int, Record]]:

@@ -8,7 +8,9 @@ sequence's rows together, read into memory where they fit and through a memory m
 24 GB machine's memory; the last layer alone about 4 GB). The folder is named after a
 digest of the target, the layers, the forward's precision and every token id, so a changed corpus, layout
 or precision makes a new one; it is built in chunks of sequences and resumes after the last sequence of
-the last finished chunk.
+the last finished chunk. Rows the generation already made (corpus_answers.made_features: the
+last layer, kept as the corpus decoded at the same precision) are copied instead of recomputed; they
+differ from a fresh forward's in the last bits only, and their last row, never read in training, is zero.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +36,15 @@ STATE = "state.json"
 
 
 def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], root: Path,
-                    dtype: torch.dtype = torch.float32, count: int | None = None) -> list[Sequence]:
+                    dtype: torch.dtype = torch.float32, count: int | None = None,
+                    made: Mapping[bytes, np.ndarray] | None = None) -> list[Sequence]:
     """The first `count` sequences (all when None) with the features of `layers` as with_layers makes them with
-    a forward at `dtype`'s precision, read from the store under root; the missing part is made first. The store
-    is the whole data's, so a run capped at fewer sequences makes only their features, and a larger run goes on
-    from there (the learning curve's runs, smallest first)."""
+    a forward at `dtype`'s precision, read from the store under root; the missing part is made first, or copied
+    from `made` (rows at that precision by token_key, last layer only). The store is the whole data's, so a run
+    capped at fewer sequences makes only their features, and a larger run goes on from there (the learning
+    curve's runs, smallest first)."""
+    if made and layers:
+        raise ValueError("features kept by the generation are the last layer's; a fused layout makes its own")
     count = len(data) if count is None else count
     if not 0 <= count <= len(data):
         raise ValueError(f"count {count} is not between 0 and the {len(data)} sequences")
@@ -51,7 +58,14 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
     done = 0 if fresh else _done(folder)  # sequences
     with tqdm(total=count, initial=min(done, count), desc="target features to disk", unit="sequence") as progress:
         for first, last in _chunks(offsets[: count + 1], done):
-            for i, sequence in enumerate(with_layers(model, data[first:last], layers, dtype=dtype), start=first):
+            missing = []
+            for i in range(first, last):
+                kept = made.get(token_key(data[i].tokens)) if made else None
+                if kept is None:
+                    missing.append(i)
+                else:
+                    rows[offsets[i] : offsets[i + 1]] = kept
+            for i, sequence in zip(missing, with_layers(model, [data[i] for i in missing], layers, dtype=dtype)):
                 stacked = sequence.features if not layers else torch.cat([sequence.features, sequence.last_layer], dim=-1)
                 rows[offsets[i] : offsets[i + 1]] = stacked.to(torch.float16).numpy()
             rows.flush()
@@ -59,6 +73,11 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
             progress.update(last - first)
     rows = _resident(rows, int(offsets[count]))
     return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data[:count])]
+
+
+def token_key(tokens: torch.Tensor | list[int]) -> bytes:
+    """A sequence's token ids as the key of its kept features."""
+    return np.asarray(tokens, dtype=np.int64).tobytes()
 
 
 def _resident(rows: np.memmap, used: int) -> np.ndarray:
@@ -88,7 +107,7 @@ def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...
     for parameter in (parameters[0], parameters[1], parameters[-1]):
         digest.update(parameter.detach().float().flatten()[:4096].cpu().numpy().tobytes())
     for s in data:
-        digest.update(s.tokens.numpy().astype(np.int64).tobytes() + int(s.prompt_length).to_bytes(4, "little"))
+        digest.update(token_key(s.tokens) + int(s.prompt_length).to_bytes(4, "little"))
     return digest.hexdigest()[:20]
 
 

@@ -38,6 +38,10 @@ class Sampling:
 class Continuation:
     ids: list[int]  # the generated ids, through the first stop token when there is one
     finished: bool  # a stop token ended it (not max_new_tokens)
+    # With keep_features: [prompt + ids, hidden] float16, the target's last layer (before the final norm) at
+    # every position, as the decoding made it. The last row stays zero: the last token is never fed back,
+    # and training never reads it (train_head.collate: entry j reads positions <= j + 1 < T - 1).
+    features: torch.Tensor | None = None
 
 
 def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], open_role: str = "assistant") -> list[int]:
@@ -54,8 +58,10 @@ def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str
 
 
 @torch.inference_mode()
-def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int]) -> list[Continuation]:
-    """The model's continuations of a batch of prompts (greedy at temperature 0).
+def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int],
+             keep_features: bool = False) -> list[Continuation]:
+    """The model's continuations of a batch of prompts (greedy at temperature 0), with the features the
+    decoding made when keep_features (Continuation.features).
 
     Written as a loop rather than with transformers' `generate` for one reason: `generate` keeps a
     row that has ended in the batch, computing pads, until the last row ends, and a batch of answers
@@ -64,6 +70,12 @@ def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Samplin
     temperature warper are transformers' own, the cache is its DynamicCache with layers that grow in
     place (kv_cache.GrowingLayer) and the top-p cut its warper's rule found faster (NucleusWarper);
     greedy rows are `generate`'s tokens (tests/training/test_shards.py)."""
+    with _LastHidden(model, len(prompts), max(map(len, prompts)) + sampling.max_new_tokens, keep_features) as tape:
+        continuations = _decode(model, prompts, sampling, stops, tape)
+    return continuations
+
+
+def _decode(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int], tape: _LastHidden) -> list[Continuation]:
     device, rows = model.device, len(prompts)
     width = max(len(ids) for ids in prompts)
     step_ids = torch.tensor([[stops[0]] * (width - len(ids)) + ids for ids in prompts], device=device)
@@ -80,6 +92,7 @@ def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Samplin
     live = torch.arange(rows, device=device)  # the live rows' places in `prompts`
     for step in range(sampling.max_new_tokens):
         logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
+        tape.record(live, 0 if step == 0 else width + step - 1)  # the prompts' columns, then the token fed
         tokens = _pick(logits[:, -1].float(), warpers)
         generated[live, step], lengths[live] = tokens, step + 1
         ended = torch.isin(tokens, stop_ids)
@@ -93,7 +106,40 @@ def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Samplin
             live, tokens, mask, positions = live[keep], tokens[keep], mask[keep], positions[keep]
         step_ids, positions = tokens[:, None], positions[:, -1:] + 1
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
-    return [Continuation(generated[i, : lengths[i]].tolist(), bool(finished[i])) for i in range(rows)]
+    return [Continuation(generated[i, : lengths[i]].tolist(), bool(finished[i]), tape.row(i, width - len(prompts[i]), width + int(lengths[i])))
+            for i in range(rows)]
+
+
+class _LastHidden:
+    """The input of the target's final norm at every position the decoding feeds, per row and column of the
+    left-padded batch (prompt columns, then one per generated token): the features the draft head trains on
+    (draft_data.hidden_states' last layer), kept as they are made. Recomputing them later from the ids is a
+    teacher-forced pass over every prompt and answer: on a 2-core AVX2 CPU in float32 about as long as the
+    generation of the answers itself. Off (keep=False), it holds nothing."""
+
+    def __init__(self, model: PreTrainedModel, rows: int, columns: int, keep: bool) -> None:
+        self.norm = model.base_model.norm if keep else None
+        self.rows = torch.zeros(rows, columns, model.config.hidden_size, dtype=torch.float16) if keep else None
+        self.seen: torch.Tensor | None = None
+
+    def __enter__(self) -> _LastHidden:
+        if self.norm is not None:
+            self.hook = self.norm.register_forward_pre_hook(self._capture)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.norm is not None:
+            self.hook.remove()
+
+    def _capture(self, module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
+        self.seen = args[0]
+
+    def record(self, live: torch.Tensor, column: int) -> None:
+        if self.rows is not None:
+            self.rows[live.cpu(), column : column + self.seen.shape[1]] = self.seen.to("cpu", torch.float16)
+
+    def row(self, i: int, first: int, end: int) -> torch.Tensor | None:
+        return None if self.rows is None else self.rows[i, first:end].clone()
 
 
 def _warpers(sampling: Sampling) -> LogitsProcessorList | None:

@@ -66,6 +66,9 @@ class Job:
     # quorum, may end a batch sooner; the stages that use it drop or trim unfinished and looping texts
     # anyway, so shards written with or without it mix.
     stop_loops: bool = False
+    # Keep the target's features as the decoding makes them, beside each shard (features_path): the answer
+    # jobs, whose records the head trains on. Not in the fingerprint: the shards are the same either way.
+    keep_features: bool = False
 
 
 class Stopped(Exception):
@@ -117,11 +120,13 @@ def run(model: PreTrainedModel, requests: list[Request], job: Job, stops: list[i
             budget.spend()
             torch.manual_seed(job.seed * 1_000_003 + zlib.crc32(job.name.encode()) + number)
             sampling = Sampling(requests[batch[0]].temperature, job.top_p, job.max_new_tokens, job.quorum, job.stop_loops)
-            continuations = generate(model, [list(requests[i].prompt) for i in batch], sampling, stops)
+            continuations = generate(model, [list(requests[i].prompt) for i in batch], sampling, stops, job.keep_features)
             shard = [
                 Record(i, list(requests[i].prompt), c.ids, c.finished, requests[i].family, requests[i].temperature)
                 for i, c in zip(batch, continuations)
             ]
+            if job.keep_features:  # first, so that a shard on disk has its features whenever its job kept them
+                write_features(path, torch.cat([c.features for c in continuations]), precision(model.dtype))
             write_shard(path, shard)
             progress.generated(sum(len(r.response) for r in shard))
         records.extend(shard)
@@ -164,6 +169,31 @@ def write_shard(path: Path, records: list[Record]) -> None:
     with open(temporary, "wb") as f:
         np.savez_compressed(f, **arrays)
     os.replace(temporary, path)
+
+
+def precision(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def features_path(shard: Path, precision: str) -> Path:
+    """Where a shard's features, made at `precision` while it was generated, lie: beside it, git-ignored
+    (float16, ~1.2 KB a token for SmolLM2-135M: they stay on the machine that made them)."""
+    return shard.with_name(f"{shard.stem}.features-{precision}.npy")
+
+
+def write_features(shard: Path, rows: torch.Tensor, precision: str) -> None:
+    """rows [tokens, hidden] float16, in the shard's token order (each record's prompt, then its response)."""
+    path = features_path(shard, precision)
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        np.save(f, rows.numpy())
+    os.replace(temporary, path)
+
+
+def read_features(shard: Path, precision: str) -> np.ndarray | None:
+    """The shard's features at `precision` (a memory map), or None where this machine made none."""
+    path = features_path(shard, precision)
+    return np.load(path, mmap_mode="r") if path.is_file() else None
 
 
 def read_shard(path: Path) -> list[Record]:

@@ -47,10 +47,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedModel
 
-from training.corpus_answers import answers
+from training.corpus_answers import answers, made_features
 from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
 from training.tiny_chat import tiny_target
+from training.shards import precision
 from training.ttt_attention import unrolled_attention
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
@@ -100,9 +101,9 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     the first of them, in the shard order the corpus plan shuffled, so a smaller set samples every kind of
     prompt and the learning curve's runs share one store. Several corpora come one after the other, so a run
     capped at the first one's size trains on it alone (what the second one adds, measured)."""
-    written = []
-    for folder in settings.corpus.split(","):
-        found = answers(Path(folder))
+    written, folders = [], [Path(folder) for folder in settings.corpus.split(",")]
+    for folder in folders:
+        found = answers(folder)
         if not found:
             raise SystemExit(f"{folder} holds no answers yet: run `python -m training.corpus --out {folder}` first.")
         written += found
@@ -112,7 +113,11 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     layers = layers_of(settings)
     totals = itertools.accumulate(s.response_length for s in train_set)
     kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(totals, 1) if total >= settings.corpus_tokens), len(train_set))
-    stored = stored_features(model, train_set, layers, work / "corpus-features", training_dtype(settings, model.device), count=kept)
+    dtype = training_dtype(settings, model.device)
+    made = {}  # the last layer's rows the corpus kept as it generated, at this precision and on this machine
+    for folder in folders if not layers else ():
+        made.update(made_features(folder, precision(dtype)))
+    stored = stored_features(model, train_set, layers, work / "corpus-features", dtype, count=kept, made=made)
     return stored, with_layers(model, heldout_set, layers)
 
 
@@ -173,12 +178,13 @@ def training_dtype(settings: Settings, device: torch.device) -> torch.dtype:
 
 
 def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
-    """Per-dimension RMS of the target's features: a few dimensions are in the thousands."""
+    """Per-dimension RMS of the target's features: a few dimensions are in the thousands. Each sequence's last
+    row is left out, as training leaves it (collate); features kept by the generation hold zeros there."""
     total = torch.zeros(sequences[0].features.shape[1], dtype=torch.float64)
     count = 0
     for s in sequences:
-        total += s.features.double().pow(2).sum(0)
-        count += len(s.features)
+        total += s.features[:-1].double().pow(2).sum(0)
+        count += len(s.features) - 1
     return (total / count).sqrt().clamp(min=1e-2).float()
 
 

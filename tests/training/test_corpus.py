@@ -44,6 +44,10 @@ def test_smoke_corpus_has_every_stage_and_reaches_its_token_target(whole):
     assert set(report["diversity"]["magpie user turns"]["distinct"]) == {"distinct-1", "distinct-2", "distinct-3"}
     # Every response record says where its prompt came from and how it was sampled.
     assert all("/" in r.family and r.temperature in (0.0, 0.7, 1.0) for r in records)
+    # The answers, which the head trains on, keep their features beside their shards; the other stages do not.
+    kept = {p.parent.name for p in out.glob("*/shard-*.features-*.npy")}
+    assert kept == set(corpus_answers.ANSWER_JOBS)
+    assert len(list(out.glob("responses/shard-*.features-*.npy"))) == len(list(out.glob("responses/shard-*.npz")))
 
 
 def test_an_interrupted_corpus_resumes_without_redoing_a_shard(whole, tmp_path):

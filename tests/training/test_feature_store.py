@@ -36,6 +36,22 @@ def assert_same_features(stored, made):
             torch.testing.assert_close(s.last_layer, m.last_layer, rtol=2e-3, atol=2e-3)
 
 
+def test_rows_the_generation_kept_are_copied_and_only_the_others_are_computed(data, tmp_path, monkeypatch):
+    target = tiny_target()
+    made = {feature_store.token_key(s.tokens): m.features.numpy() + 1 for s, m in zip(data[::2], with_layers(target, data[::2], ()))}
+    computed = []
+    make = feature_store.with_layers
+    monkeypatch.setattr(feature_store, "with_layers", lambda model, sequences, *a, **k: computed.extend(sequences) or make(model, sequences, *a, **k))
+    stored = stored_features(target, data, (), tmp_path, made=made)
+    assert computed == data[1::2]
+    reference = with_layers(target, data, ())
+    assert_same_features(stored[1::2], reference[1::2])
+    for s, m in zip(stored[::2], reference[::2]):
+        assert torch.equal(s.features, m.features + 1)  # the kept rows, as given (shifted here to tell them apart)
+    with pytest.raises(ValueError, match="last layer"):
+        stored_features(target, data, (0, 1), tmp_path, made=made)
+
+
 def test_an_interrupted_store_resumes_after_its_last_chunk_and_a_new_corpus_gets_its_own(data, tmp_path, monkeypatch):
     monkeypatch.setattr(feature_store, "CHUNK_TOKENS", 200)  # several chunks of the small data
     target = tiny_target()

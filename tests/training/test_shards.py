@@ -8,9 +8,11 @@ import torch
 from scipy.stats import chisquare
 from transformers import TopPLogitsWarper
 
+from training.corpus_answers import made_features
 from training.corpus_features import ids_only, with_layers
+from training.feature_store import token_key
 from training.generation import NUCLEUS_CANDIDATES, NucleusWarper, Sampling, encode_chat, generate, sample
-from training.shards import Job, Record, Request, ShardBudget, Stopped, plan, read_job, read_shard, run, write_shard
+from training.shards import Job, Record, Request, ShardBudget, Stopped, features_path, plan, read_job, read_shard, run, write_shard
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
 from training.tiny_chat import tiny_target
 from tests.conftest import layer_outputs, tiny_llama
@@ -92,6 +94,41 @@ def test_greedy_rows_are_transformers_generates_tokens_though_ended_rows_leave_t
         end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
         assert continuation.ids == row[:end] and continuation.finished == (end < len(row) or row[-1] in stops)
     assert len({len(c.ids) for c in ours}) > 2 and sum(c.finished for c in ours) >= 2
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_decoder_keeps_the_features_a_teacher_forced_pass_makes(temperature):
+    """Each row's kept features against the last layer's output computed here over its prompt and continuation,
+    one unpadded sequence at a time: rows padded on the left, ending at different steps, leaving the batch."""
+    model = tiny_llama(0, fast=False)
+    prompts = [[1, 2, 3], [20, 21], [4, 5], [6, 7, 8, 9], [10]]
+    stops = [18, 10]
+    torch.manual_seed(3)
+    plain = generate(model, prompts, Sampling(temperature, max_new_tokens=40), stops)
+    torch.manual_seed(3)
+    kept = generate(model, prompts, Sampling(temperature, max_new_tokens=40), stops, keep_features=True)
+    assert [c.ids for c in kept] == [c.ids for c in plain] and all(c.features is None for c in plain)
+    assert len({len(c.ids) for c in kept}) > 2
+    for prompt, c in zip(prompts, kept):
+        own = layer_outputs(model, prompt + c.ids)[-1]
+        assert c.features.dtype == torch.float16 and c.features.shape == own.shape
+        torch.testing.assert_close(c.features[:-1].float(), own[:-1], rtol=2e-3, atol=2e-3)
+        assert not c.features[-1].any()  # the last token is never fed
+
+
+def test_an_answer_job_keeps_its_features_beside_each_shard_and_finds_them_by_tokens(chat, tmp_path):
+    model, tokenizer = chat
+    prompts = [tuple(encode_chat(tokenizer, [{"role": "user", "content": f"Tell me about {w}."}])) for w in ("owls", "tea", "rain")]
+    job = Job("responses", tmp_path / "responses", top_p=1.0, max_new_tokens=12, batch_size=2, keep_features=True)
+    records = run(model, [Request(p, "f", 1.0) for p in prompts], job, [tokenizer.eos_token_id], ShardBudget())
+    shards = sorted((tmp_path / "responses").glob("shard-*.npz"))
+    assert len(shards) == 2 and all(features_path(s, "float32").is_file() for s in shards)
+    made = made_features(tmp_path, "float32")
+    assert made_features(tmp_path, "bfloat16") == {}  # another precision's store makes its own
+    recomputed = with_layers(model, ids_only(records), ())
+    for record, sequence in zip(records, recomputed, strict=True):
+        rows = torch.from_numpy(np.array(made[token_key(record.prompt + record.response)]))
+        torch.testing.assert_close(rows[:-1], sequence.features[:-1], rtol=2e-3, atol=2e-3)
 
 
 def test_sampling_draws_each_token_with_its_probability_across_blocks():
