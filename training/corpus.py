@@ -124,9 +124,12 @@ class Build:
 
     def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None,
             stop_loops: bool = False) -> Job:
-        keep_features = name in ANSWER_JOBS  # what the head trains on (corpus_answers)
+        # The answers, which the head trains on (corpus_answers), keep their features where the target writes in
+        # float32, as the feature store computes them; a bfloat16 target's differ from the store's bfloat16
+        # autocast, which keeps the residual stream in float32.
+        keep_features = name in ANSWER_JOBS and self.target.model.dtype == torch.float32
         return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens, stop_loops,
-                   keep_features)
+                   keep_features=keep_features)
 
     def rng(self, stage: str) -> random.Random:
         return random.Random(f"{self.recipe.seed}-{stage}")

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.feature_store import token_key
-from training.shards import Record, read_features, read_shard
+from training.shards import Record, read_features, read_shard, token_key
 
 # The jobs whose records are the target's answers to a prompt, as served: the training data. Answers the
 # corpus's filters would drop (empty, looping) stay, as in the responses: they are the target's own behaviour.
@@ -41,23 +40,20 @@ def answers(folder: Path) -> list[Answer]:
     return [Answer(r, zlib.crc32(repr(_conversation(r.prompt, firsts, lengths)).encode()) % HELDOUT_EVERY == 0) for r in records]
 
 
-def made_features(folder: Path, precision: str) -> dict[bytes, np.ndarray]:
-    """The features the generation kept for the answers at `precision` (shards.features_path; on the machine
-    that wrote them), by feature_store.token_key of the answer's prompt and response: rows a feature store
-    copies instead of recomputing."""
+def made_features(folder: Path) -> dict[bytes, np.ndarray]:
+    """The features a float32 target kept for the answers as it wrote them (shards.features_path; present on the
+    machine that wrote them), by shards.token_key of the answer's prompt and response: rows a float32 feature
+    store copies instead of recomputing."""
     made = {}
     for name in ANSWER_JOBS:
         for shard in sorted((folder / name).glob("shard-*.npz")):
-            rows = read_features(shard, precision)
-            if rows is None:
-                continue
+            records = read_shard(shard)
+            rows = read_features(shard, records)
             start = 0
-            for record in read_shard(shard):
+            for record in records if rows is not None else ():
                 tokens = record.prompt + record.response
                 made[token_key(tokens)] = rows[start : start + len(tokens)]
                 start += len(tokens)
-            if start != len(rows):
-                raise ValueError(f"{shard}'s features hold {len(rows)} rows for its {start} tokens: delete the features file")
     return made
 
 

@@ -9,7 +9,7 @@ sequence's rows together, read into memory where they fit and through a memory m
 digest of the target, the layers, the forward's precision and every token id, so a changed corpus, layout
 or precision makes a new one; it is built in chunks of sequences and resumes after the last sequence of
 the last finished chunk. Rows the generation already made (corpus_answers.made_features: the
-last layer, kept as the corpus decoded at the same precision) are copied instead of recomputed; they
+last layer, kept as a float32 target decoded) are copied into a float32 store instead of recomputed; they
 differ from a fresh forward's in the last bits only, and their last row, never read in training, is zero.
 """
 
@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 from specdec_core.sources import free_memory
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
+from training.shards import token_key
 
 CHUNK_TOKENS = 65_536  # sequences written (and resumed) together: about a minute of the target's time on 2 cores
 ROWS = "features.f16"
@@ -40,11 +41,11 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
                     made: Mapping[bytes, np.ndarray] | None = None) -> list[Sequence]:
     """The first `count` sequences (all when None) with the features of `layers` as with_layers makes them with
     a forward at `dtype`'s precision, read from the store under root; the missing part is made first, or copied
-    from `made` (rows at that precision by token_key, last layer only). The store is the whole data's, so a run
+    from `made` (float32 rows of the last layer, by shards.token_key). The store is the whole data's, so a run
     capped at fewer sequences makes only their features, and a larger run goes on from there (the learning
     curve's runs, smallest first)."""
-    if made and layers:
-        raise ValueError("features kept by the generation are the last layer's; a fused layout makes its own")
+    if made and (layers or dtype != torch.float32):
+        raise ValueError("features kept by the generation are a float32 forward's last layer; this store makes its own")
     count = len(data) if count is None else count
     if not 0 <= count <= len(data):
         raise ValueError(f"count {count} is not between 0 and the {len(data)} sequences")
@@ -58,16 +59,7 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
     done = 0 if fresh else _done(folder)  # sequences
     with tqdm(total=count, initial=min(done, count), desc="target features to disk", unit="sequence") as progress:
         for first, last in _chunks(offsets[: count + 1], done):
-            missing = []
-            for i in range(first, last):
-                kept = made.get(token_key(data[i].tokens)) if made else None
-                if kept is None:
-                    missing.append(i)
-                else:
-                    rows[offsets[i] : offsets[i + 1]] = kept
-            for i, sequence in zip(missing, with_layers(model, [data[i] for i in missing], layers, dtype=dtype)):
-                stacked = sequence.features if not layers else torch.cat([sequence.features, sequence.last_layer], dim=-1)
-                rows[offsets[i] : offsets[i + 1]] = stacked.to(torch.float16).numpy()
+            _fill(rows, offsets, model, data, range(first, last), layers, dtype, made or {})
             rows.flush()
             _write_state(folder, last)
             progress.update(last - first)
@@ -75,9 +67,19 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
     return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data[:count])]
 
 
-def token_key(tokens: torch.Tensor | list[int]) -> bytes:
-    """A sequence's token ids as the key of its kept features."""
-    return np.asarray(tokens, dtype=np.int64).tobytes()
+def _fill(rows: np.memmap, offsets: np.ndarray, model: PreTrainedModel, data: list[Sequence], chunk: range,
+          layers: tuple[int, ...], dtype: torch.dtype, made: Mapping[bytes, np.ndarray]) -> None:
+    """The chunk's rows: copied where `made` has them, the others made by one with_layers call."""
+    missing = []
+    for i in chunk:
+        kept = made.get(token_key(data[i].tokens))
+        if kept is None:
+            missing.append(i)
+        else:
+            rows[offsets[i] : offsets[i + 1]] = kept
+    for i, sequence in zip(missing, with_layers(model, [data[i] for i in missing], layers, dtype=dtype)):
+        stacked = sequence.features if not layers else torch.cat([sequence.features, sequence.last_layer], dim=-1)
+        rows[offsets[i] : offsets[i + 1]] = stacked.to(torch.float16).numpy()
 
 
 def _resident(rows: np.memmap, used: int) -> np.ndarray:

@@ -121,14 +121,15 @@ class _LastHidden:
         self.norm = model.base_model.norm if keep else None
         self.rows = torch.zeros(rows, columns, model.config.hidden_size, dtype=torch.float16) if keep else None
         self.seen: torch.Tensor | None = None
+        self.hook: torch.utils.hooks.RemovableHandle | None = None
 
     def __enter__(self) -> _LastHidden:
         if self.norm is not None:
             self.hook = self.norm.register_forward_pre_hook(self._capture)
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self.norm is not None:
+    def __exit__(self, *exc: object) -> None:
+        if self.hook is not None:
             self.hook.remove()
 
     def _capture(self, module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:

@@ -67,7 +67,8 @@ class Job:
     # anyway, so shards written with or without it mix.
     stop_loops: bool = False
     # Keep the target's features as the decoding makes them, beside each shard (features_path): the answer
-    # jobs, whose records the head trains on. Not in the fingerprint: the shards are the same either way.
+    # jobs, whose records the head trains on, written by a float32 target. Not in the fingerprint: the shards
+    # are the same either way.
     keep_features: bool = False
 
 
@@ -126,7 +127,7 @@ def run(model: PreTrainedModel, requests: list[Request], job: Job, stops: list[i
                 for i, c in zip(batch, continuations)
             ]
             if job.keep_features:  # first, so that a shard on disk has its features whenever its job kept them
-                write_features(path, torch.cat([c.features for c in continuations]), precision(model.dtype))
+                write_features(path, shard, torch.cat([c.features for c in continuations]))
             write_shard(path, shard)
             progress.generated(sum(len(r.response) for r in shard))
         records.extend(shard)
@@ -171,28 +172,31 @@ def write_shard(path: Path, records: list[Record]) -> None:
     os.replace(temporary, path)
 
 
-def precision(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+def token_key(tokens: torch.Tensor | list[int]) -> bytes:
+    """Token ids as bytes: the key of a sequence's kept features, and what names a shard's features file."""
+    return np.asarray(tokens, dtype=np.int64).tobytes()
 
 
-def features_path(shard: Path, precision: str) -> Path:
-    """Where a shard's features, made at `precision` while it was generated, lie: beside it, git-ignored
-    (float16, ~1.2 KB a token for SmolLM2-135M: they stay on the machine that made them)."""
-    return shard.with_name(f"{shard.stem}.features-{precision}.npy")
+def features_path(shard: Path, records: list[Record]) -> Path:
+    """Where the features a float32 target made while generating a shard lie: beside it, git-ignored (float16,
+    ~1.2 KB a token for SmolLM2-135M: they stay on the machine that wrote them), named by a checksum of the
+    shard's token ids, so that a file never pairs with other tokens (a shard written again, or copied in)."""
+    checksum = zlib.crc32(token_key([t for r in records for t in r.prompt + r.response]))
+    return shard.with_name(f"{shard.stem}.features-{checksum:08x}.npy")
 
 
-def write_features(shard: Path, rows: torch.Tensor, precision: str) -> None:
+def write_features(shard: Path, records: list[Record], rows: torch.Tensor) -> None:
     """rows [tokens, hidden] float16, in the shard's token order (each record's prompt, then its response)."""
-    path = features_path(shard, precision)
+    path = features_path(shard, records)
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "wb") as f:
         np.save(f, rows.numpy())
     os.replace(temporary, path)
 
 
-def read_features(shard: Path, precision: str) -> np.ndarray | None:
-    """The shard's features at `precision` (a memory map), or None where this machine made none."""
-    path = features_path(shard, precision)
+def read_features(shard: Path, records: list[Record]) -> np.ndarray | None:
+    """The features kept for the shard's records (a memory map), or None where none were kept for these tokens."""
+    path = features_path(shard, records)
     return np.load(path, mmap_mode="r") if path.is_file() else None
 
 

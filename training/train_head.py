@@ -51,7 +51,6 @@ from training.corpus_answers import answers, made_features
 from training.corpus_features import ids_only, with_layers
 from training.feature_store import stored_features
 from training.tiny_chat import tiny_target
-from training.shards import precision
 from training.ttt_attention import unrolled_attention
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
@@ -95,7 +94,8 @@ def training_data(settings: Settings, model: PreTrainedModel, tokenizer, work: P
 
 
 def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
-    """The corpus's answers, split by conversation (corpus_answers.answers). The training ones' features are made once, at the step's precision, and read
+    """The corpus's answers, split by conversation (corpus_answers.answers). The training ones' features are made once, at the step's precision
+    (or copied from the rows the corpus kept as it wrote them), and read
     from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
     held-out ones' by a float32 forward, in memory. The store holds every training sequence; the cap takes
     the first of them, in the shard order the corpus plan shuffled, so a smaller set samples every kind of
@@ -114,9 +114,10 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     totals = itertools.accumulate(s.response_length for s in train_set)
     kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(totals, 1) if total >= settings.corpus_tokens), len(train_set))
     dtype = training_dtype(settings, model.device)
-    made = {}  # the last layer's rows the corpus kept as it generated, at this precision and on this machine
-    for folder in folders if not layers else ():
-        made.update(made_features(folder, precision(dtype)))
+    made = {}  # the last layer's rows a float32 target kept as it wrote the answers (where they were written)
+    if not layers and dtype == torch.float32:
+        for folder in folders:
+            made.update(made_features(folder))
     stored = stored_features(model, train_set, layers, work / "corpus-features", dtype, count=kept, made=made)
     return stored, with_layers(model, heldout_set, layers)
 

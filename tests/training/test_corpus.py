@@ -2,6 +2,7 @@
 and resumed after interruptions without a shard redone; its prompt set shares nothing with an
 evaluation set."""
 
+import copy
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from training.corpus import (Build, Recipe, _passage_rejected, _whole_paragraphs, assemble, embedded_target, generation_dtype, main,
-                             prompt_key, read_prompt_set)
+                             prompt_key, read_prompt_set, smoke_target)
 from training import corpus_answers
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
@@ -48,6 +49,16 @@ def test_smoke_corpus_has_every_stage_and_reaches_its_token_target(whole):
     kept = {p.parent.name for p in out.glob("*/shard-*.features-*.npy")}
     assert kept == set(corpus_answers.ANSWER_JOBS)
     assert len(list(out.glob("responses/shard-*.features-*.npy"))) == len(list(out.glob("responses/shard-*.npz")))
+
+
+def test_only_a_float32_targets_answers_keep_their_features(tmp_path):
+    """The store recomputes in float32 or under bfloat16 autocast; a bfloat16 model's rows are neither."""
+    target = smoke_target()
+    half = replace(target, model=copy.deepcopy(target.model).to(torch.bfloat16))
+    for writer, answers_keep in ((target, True), (half, False)):
+        build = Build(writer, Recipe.smoke(), tmp_path, ShardBudget(), {}, OverlapFilter(), {})
+        assert build.job("responses", 1.0, 8).keep_features == build.job("first-answers", 1.0, 8).keep_features == answers_keep
+        assert not build.job("articles", 0.95, 8).keep_features
 
 
 def test_an_interrupted_corpus_resumes_without_redoing_a_shard(whole, tmp_path):

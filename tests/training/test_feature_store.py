@@ -10,6 +10,7 @@ import training.feature_store as feature_store
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
 from training.feature_store import stored_features
+from training.shards import token_key
 from training.tiny_chat import tiny_target
 
 
@@ -38,7 +39,7 @@ def assert_same_features(stored, made):
 
 def test_rows_the_generation_kept_are_copied_and_only_the_others_are_computed(data, tmp_path, monkeypatch):
     target = tiny_target()
-    made = {feature_store.token_key(s.tokens): m.features.numpy() + 1 for s, m in zip(data[::2], with_layers(target, data[::2], ()))}
+    made = {token_key(s.tokens): m.features.numpy() + 1 for s, m in zip(data[::2], with_layers(target, data[::2], ()))}
     computed = []
     make = feature_store.with_layers
     monkeypatch.setattr(feature_store, "with_layers", lambda model, sequences, *a, **k: computed.extend(sequences) or make(model, sequences, *a, **k))
@@ -48,8 +49,9 @@ def test_rows_the_generation_kept_are_copied_and_only_the_others_are_computed(da
     assert_same_features(stored[1::2], reference[1::2])
     for s, m in zip(stored[::2], reference[::2]):
         assert torch.equal(s.features, m.features + 1)  # the kept rows, as given (shifted here to tell them apart)
-    with pytest.raises(ValueError, match="last layer"):
-        stored_features(target, data, (0, 1), tmp_path, made=made)
+    for layers, dtype in (((0, 1), torch.float32), ((), torch.bfloat16)):  # kept rows are a float32 forward's last layer
+        with pytest.raises(ValueError, match="float32 forward's last layer"):
+            stored_features(target, data, layers, tmp_path, dtype, made=made)
 
 
 def test_an_interrupted_store_resumes_after_its_last_chunk_and_a_new_corpus_gets_its_own(data, tmp_path, monkeypatch):

@@ -2,6 +2,8 @@
 greedy tokens, rows leaving as they end, the sampler, the quorum and loop stops); features recomputed
 from a shard's ids."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -10,9 +12,9 @@ from transformers import TopPLogitsWarper
 
 from training.corpus_answers import made_features
 from training.corpus_features import ids_only, with_layers
-from training.feature_store import token_key
 from training.generation import NUCLEUS_CANDIDATES, NucleusWarper, Sampling, encode_chat, generate, sample
-from training.shards import Job, Record, Request, ShardBudget, Stopped, features_path, plan, read_job, read_shard, run, write_shard
+from training.shards import (Job, Record, Request, ShardBudget, Stopped, features_path, plan, read_features, read_job, read_shard, run,
+                             token_key, write_shard)
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
 from training.tiny_chat import tiny_target
 from tests.conftest import layer_outputs, tiny_llama
@@ -122,13 +124,16 @@ def test_an_answer_job_keeps_its_features_beside_each_shard_and_finds_them_by_to
     job = Job("responses", tmp_path / "responses", top_p=1.0, max_new_tokens=12, batch_size=2, keep_features=True)
     records = run(model, [Request(p, "f", 1.0) for p in prompts], job, [tokenizer.eos_token_id], ShardBudget())
     shards = sorted((tmp_path / "responses").glob("shard-*.npz"))
-    assert len(shards) == 2 and all(features_path(s, "float32").is_file() for s in shards)
-    made = made_features(tmp_path, "float32")
-    assert made_features(tmp_path, "bfloat16") == {}  # another precision's store makes its own
+    assert len(shards) == 2 and all(features_path(s, read_shard(s)).is_file() for s in shards)
+    made = made_features(tmp_path)
     recomputed = with_layers(model, ids_only(records), ())
     for record, sequence in zip(records, recomputed, strict=True):
         rows = torch.from_numpy(np.array(made[token_key(record.prompt + record.response)]))
         torch.testing.assert_close(rows[:-1], sequence.features[:-1], rtol=2e-3, atol=2e-3)
+    # A shard written again with other tokens does not pair with the features file beside it.
+    other = [replace(r, response=r.response[:-1]) for r in read_shard(shards[0])]
+    write_shard(shards[0], other)
+    assert read_features(shards[0], other) is None and len(made_features(tmp_path)) == len(made) - len(other)
 
 
 def test_sampling_draws_each_token_with_its_probability_across_blocks():
