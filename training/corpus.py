@@ -42,9 +42,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from specdec_core import EMBEDDED_ID, load_model, stop_token_ids
 from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.model_draft import reduced_copy
+from specdec_core.models import load_stock
 from specdec_core.sources import cache_dir
 from training import diversity
-from training.corpus_answers import ANSWER_JOBS, answers
+from training.corpus_answers import ANSWER_JOBS, answers, keep_missing_features
 from training.dedupe import distinct
 from training.draft_data import TEMPERATURES, sample_prompts
 from training.eval_overlap import OverlapFilter
@@ -376,6 +377,8 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
                         help="the target's dtype while it writes (auto: bfloat16 where this CPU multiplies it in hardware)")
     parser.add_argument("--after", type=Path, nargs="*", default=(),
                         help="corpora this one adds to (give it another --seed): it repeats none of their prompts")
+    parser.add_argument("--keep-features", action="store_true",
+                        help="write nothing new: make the float32 features of the answer shards that kept none (for training)")
     parser.add_argument("--smoke", action="store_true", help="tiny random target and a tiny recipe (tests)")
     args = parser.parse_args(argv)
     base = Recipe.smoke() if args.smoke else Recipe()
@@ -384,6 +387,10 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
     for folder in args.after:
         if folder.resolve() == out.resolve() or not (folder / "prompts.jsonl.gz").is_file():
             parser.error(f"--after {folder}: not an earlier corpus with a prompt set (prompts.jsonl.gz) beside --out {out}")
+    if args.keep_features:
+        model = smoke_target().model if args.smoke else load_stock(EMBEDDED_ID, torch.float32)
+        print(f"{out}: features made for {keep_missing_features(out, model)} shards", file=sys.stderr)
+        return None
     target = smoke_target() if args.smoke else embedded_target(args.dtype)
     # A tiny model gains nothing from a second thread; a real one gets the cores nothing else is using.
     previous = torch.get_num_threads()

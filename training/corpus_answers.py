@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel
 
-from training.shards import Record, read_features, read_shard, token_key
+from training.corpus_features import ids_only, with_layers
+from training.shards import Record, read_features, read_shard, token_key, write_features
 
 # The jobs whose records are the target's answers to a prompt, as served: the training data. Answers the
 # corpus's filters would drop (empty, looping) stay, as in the responses: they are the target's own behaviour.
@@ -55,6 +59,22 @@ def made_features(folder: Path) -> dict[bytes, np.ndarray]:
                 made[token_key(tokens)] = rows[start : start + len(tokens)]
                 start += len(tokens)
     return made
+
+
+def keep_missing_features(folder: Path, model: PreTrainedModel) -> int:
+    """Makes the features file (shards.write_features) of every answer shard that has none: shards written
+    before the generation kept features, or on another machine. One teacher-forced float32 forward over the
+    shard (corpus_features.with_layers), the rows generation keeps, so a feature store copies them from then on
+    instead of remaking them whenever the corpus grows (its store is named by the whole data). Returns how many
+    shards it wrote."""
+    if model.dtype != torch.float32:
+        raise ValueError(f"kept features are a float32 forward's; this target is {model.dtype}")
+    missing = [(shard, records) for name in ANSWER_JOBS for shard in sorted((folder / name).glob("shard-*.npz"))
+               for records in [read_shard(shard)] if read_features(shard, records) is None]
+    for shard, records in tqdm(missing, desc="features kept for earlier shards", unit="shard"):
+        made = with_layers(model, ids_only(records), ())
+        write_features(shard, records, torch.cat([s.features for s in made]).to(torch.float16))
+    return len(missing)
 
 
 def _job_records(folder: Path) -> list[tuple[float, int, Record]]:

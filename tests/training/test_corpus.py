@@ -4,9 +4,11 @@ evaluation set."""
 
 import copy
 import json
+import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ from training import corpus_answers
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
 from training.quality import TextLimits
-from training.shards import ShardBudget, read_job
+from training.shards import ShardBudget, read_job, read_shard
 from training.task_families import load_seeds
 from training.text_ngrams import normalised
 
@@ -49,6 +51,27 @@ def test_smoke_corpus_has_every_stage_and_reaches_its_token_target(whole):
     kept = {p.parent.name for p in out.glob("*/shard-*.features-*.npy")}
     assert kept == set(corpus_answers.ANSWER_JOBS)
     assert len(list(out.glob("responses/shard-*.features-*.npy"))) == len(list(out.glob("responses/shard-*.npz")))
+
+
+def test_shards_that_kept_no_features_get_the_ones_generation_would_have_kept(whole, tmp_path):
+    """--keep-features: shards written before generation kept features (or on another machine) get them once,
+    so a feature store copies them instead of remaking them each time the corpus grows."""
+    out = tmp_path / "corpus"
+    shutil.copytree(whole[0], out)
+    removed = {path: np.load(path) for path in out.glob("*/shard-*.features-*.npy")
+               if path.parent.name == "first-answers" or path.name.startswith("shard-00001.")}
+    for path in removed:
+        path.unlink()
+    assert main(["--smoke", "--out", str(out), "--keep-features"]) is None
+    for path, kept in removed.items():
+        remade = np.load(path)  # the same name: a checksum of the same tokens
+        # Equal but for each answer's last row, which generation leaves zero (never fed back, never trained on).
+        assert remade.shape == kept.shape and not np.allclose(remade, kept, atol=2e-3)
+        records = read_shard(path.with_name(path.name.split(".")[0] + ".npz"))
+        lasts = np.cumsum([len(r.prompt) + len(r.response) for r in records]) - 1
+        np.testing.assert_allclose(np.delete(remade, lasts, axis=0).astype(np.float32),
+                                   np.delete(kept, lasts, axis=0).astype(np.float32), rtol=2e-3, atol=2e-3)
+    assert corpus_answers.keep_missing_features(out, smoke_target().model) == 0  # nothing is made twice
 
 
 def test_only_a_float32_targets_answers_keep_their_features(tmp_path):
