@@ -1,6 +1,8 @@
 """The explainer's text. Formulas in LaTeX, rendered by Gradio's Markdown."""
 
 import json
+from collections import Counter
+from collections.abc import Sequence
 
 from specdec_core import expected_speedup
 from specdec_core.drafters import DRAFT_EAGLE
@@ -76,22 +78,33 @@ gives {expected_speedup(0.8, 4, 0.05):.2f}×.
 """
 
 
-def head_intro(curve: list[dict], agreement: dict[str, list[float]]) -> str:
-    """The head's story: its training read from its learning curve (the corpus size and epochs it saw), its
-    agreement from the realistic set's measurement saved beside it (agreement.json)."""
+def head_intro(curve: list[dict], agreement: dict[str, list[float]], recipe: Sequence[dict] = ()) -> str:
+    """The head's story: its training read from its learning curve (the answer tokens and epochs it saw) and its
+    recipe (the corpus each run read), its agreement from the realistic set's measurement saved beside it
+    (agreement.json)."""
     end = curve[-1]
-    seen = f"{end['train_tokens'] / end['epoch'] / 1e6:.2f}M answer tokens for {end['epoch']:g} epochs"
+    corpora = _epochs_by_corpus(recipe)
+    seen = f"{end['train_tokens'] / 1e6:.2f}M answer tokens seen over {end['epoch']:g} epochs" + (f" ({corpora})" if corpora else "")
     return f"""### The embedded model's draft: an EAGLE head trained here
 No small model of SmolLM2-135M's family exists, so its draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
 frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to prompts the target wrote itself
-({seen}, from the corpus in `data/draft-corpus`: user turns, chats, task families, passages;
+({seen}; the corpora hold user turns, chats, task families and passages;
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
 lookup in one tree: {_agreement_sentence(agreement)} While the answer
 copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens); where the head's passes earn less than they
 cost, it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
+
+
+def _epochs_by_corpus(recipe: Sequence[dict]) -> str:
+    """"4 over `data/draft-corpus`, 1 over `data/draft-corpus-2`": the epochs each corpus was read, over the runs."""
+    epochs = Counter()
+    for run in recipe:
+        if run.get("corpus"):
+            epochs[run["corpus"]] += run["epochs"]
+    return ", ".join(f"{count:g} over `{corpus}`" for corpus, count in epochs.items())
 
 
 def _agreement_sentence(agreement: dict[str, list[float]]) -> str:
@@ -117,6 +130,12 @@ def _shipped_head_file(name: str) -> dict:
 def head_learning_curve() -> list[dict]:
     """The shipped head's learning curve, or [] when no head has been trained."""
     return _shipped_head_file(CURVE_NAME).get("curve", [])
+
+
+def head_recipe() -> list[dict]:
+    """The settings of each run that trained the shipped head, first to last (its learning_curve.json)."""
+    saved = _shipped_head_file(CURVE_NAME)
+    return saved.get("earlier_runs", []) + ([saved["settings"]] if "settings" in saved else [])
 
 
 def head_realistic_agreement() -> dict[str, list[float]]:

@@ -11,7 +11,7 @@ from specdec_core.sources import public_mode, public_parameter_bound
 from . import handlers, limits, views
 from . import charts
 from .presets import PRESETS, default_target
-from .explainer import HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, TREE_INTRO, head_intro, head_learning_curve, head_realistic_agreement
+from .explainer import HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, TREE_INTRO, head_intro, head_learning_curve, head_realistic_agreement, head_recipe
 from .workloads import CUSTOM, EVAL_PER_SET, builtin_sets, race_presets, set_choices
 from .zerogpu import gpu_handler
 
@@ -208,7 +208,7 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     cost_plot = gr.Plot(label="Verification cost curve, measured here", elem_id="cost-curve")
     curve = head_learning_curve()
     if curve:
-        gr.Markdown(head_intro(curve, head_realistic_agreement()))
+        gr.Markdown(head_intro(curve, head_realistic_agreement(), head_recipe()))
         gr.Plot(charts.learning_curve_figure(curve), label="Draft head: held-out agreement while training", elem_id="head-curve")
     gr.Markdown(STEP_INTRO)
     with gr.Row():

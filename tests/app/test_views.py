@@ -154,12 +154,15 @@ def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
 
 
 def test_head_intro_states_the_training_its_curve_records_and_the_agreement_saved_beside_it():
-    """The explainer's account of the head names the corpus size and epochs of the shipped head's own curve, and
-    its weakest and strongest categories from the agreement measured beside it (none typed in by hand)."""
-    from app.explainer import head_intro, head_learning_curve, head_realistic_agreement
+    """The explainer's account of the head names the answer tokens and epochs of the shipped head's own curve, the
+    corpora its runs read, and its weakest and strongest categories from the agreement measured beside it (none
+    typed in by hand)."""
+    from app.explainer import head_intro, head_learning_curve, head_realistic_agreement, head_recipe
 
-    curve = [{"train_tokens": 4_500_000, "epoch": 3.0}]
-    assert "1.50M answer tokens for 3 epochs" in head_intro(curve, {})
+    curve = [{"train_tokens": 4_500_000, "epoch": 4.0}]
+    assert "4.50M answer tokens seen over 4 epochs;" in head_intro(curve, {})
+    runs = [{"corpus": "data/a", "epochs": 2}, {"corpus": "data/a", "epochs": 1}, {"corpus": "data/b", "epochs": 1}]
+    assert "over 4 epochs (3 over `data/a`, 1 over `data/b`)" in head_intro(curve, {}, runs)
     measured = {"translation": [0.204, 0.3], "code_edit": [0.7, 0.6], "writing": [0.5, 0.4], "all": [0.451, 0.4]}
     text = head_intro(curve, measured)
     assert "20% (translation) to 70% (code edit) of the time by category (0.45 over all)" in text
@@ -167,6 +170,6 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
     shipped = head_realistic_agreement()
     assert shipped["all"] and all(0 < v[0] < 1 for v in shipped.values())
     weakest = min((v[0], c) for c, v in shipped.items() if c != "all")
-    shipped_text = head_intro(head_learning_curve(), shipped)
-    assert re.search(r"\d\.\d\dM answer tokens for \d+ epochs", shipped_text)
+    shipped_text = head_intro(head_learning_curve(), shipped, head_recipe())
+    assert re.search(r"\d\.\d\dM answer tokens seen over \d+ epochs \(\d+ over `data/draft-corpus`", shipped_text)
     assert f"{weakest[0]:.0%} ({weakest[1].replace('_', ' ')})" in shipped_text
