@@ -6,6 +6,8 @@ the few styles it drops are set by hand in _style.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -147,8 +149,10 @@ def _legend_on_top(fig: go.Figure) -> go.Figure:
     return fig
 
 
-def learning_curve_figure(curve: list[dict]) -> go.Figure:
-    """Held-out top-1 agreement of each draft position against response tokens seen in training."""
+def learning_curve_figure(curve: list[dict], recipe: Sequence[dict] = ()) -> go.Figure:
+    """Held-out top-1 agreement of each draft position against response tokens seen in training; a dotted line
+    where a run (from the recipe) trained and held out on another corpus, since the points after it are measured
+    on other conversations."""
     fig = go.Figure()
     tokens = [point["train_tokens"] for point in curve]
     depth = len(curve[0]["heldout_top1"]) if curve else 0
@@ -158,9 +162,24 @@ def learning_curve_figure(curve: list[dict]) -> go.Figure:
             x=tokens, y=[point["heldout_top1"][position] for point in curve], mode="lines+markers",
             name=f"draft position {position + 1}", line_color=shades[position % len(shades)],
         )
+    for epoch, corpus in _corpus_changes(recipe):
+        at = next((point["train_tokens"] for point in curve if abs(point["epoch"] - epoch) < 1e-3), None)
+        if at is not None:
+            fig.add_vline(x=at, line_dash="dot", line_color=COLORS["plain"], annotation_position="bottom right",
+                          annotation_text=f"then {corpus}, held out on its own conversations")
     fig.update_xaxes(title_text="response tokens seen in training (epochs included)")
     fig.update_yaxes(title_text="held-out top-1 agreement", range=[0, 1])
     return _legend_on_top(_style(fig, height=380))
+
+
+def _corpus_changes(recipe: Sequence[dict]) -> list[tuple[float, str]]:
+    """(epochs done before the run, its corpus) for each run that reads another corpus than the run before it."""
+    changes, done = [], 0.0
+    for before, run in zip([None, *recipe], recipe):
+        if before is not None and run.get("corpus") != before.get("corpus"):
+            changes.append((done, run.get("corpus") or "the template data"))
+        done += run["epochs"]
+    return changes
 
 
 def workload_figure(rows: list[dict]) -> go.Figure:

@@ -209,7 +209,7 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     curve = head_learning_curve()
     if curve:
         gr.Markdown(head_intro(curve, head_realistic_agreement(), head_recipe()))
-        gr.Plot(charts.learning_curve_figure(curve), label="Draft head: held-out agreement while training", elem_id="head-curve")
+        gr.Plot(charts.learning_curve_figure(curve, head_recipe()), label="Draft head: held-out agreement while training", elem_id="head-curve")
     gr.Markdown(STEP_INTRO)
     with gr.Row():
         previous = gr.Button("◀ previous step", size="sm")

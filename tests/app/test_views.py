@@ -153,6 +153,18 @@ def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
     assert fig.data[1].y[-1] > fig.data[0].y[-1]  # wide passes dearer behind the long context
 
 
+def test_the_learning_curve_marks_where_training_moved_to_another_corpus():
+    """Points after the move are measured on the new corpus's held-out conversations: a dotted line says so at
+    the tokens seen when the move came, and none is drawn while every run read the same corpus."""
+    curve = [{"epoch": e, "train_tokens": 1000 * e, "heldout_top1": [0.1 * e, 0.1 * e]} for e in (1.0, 2.0, 2.5, 3.0)]
+    runs = [{"corpus": "data/a", "epochs": 1}, {"corpus": "data/a", "epochs": 1}, {"corpus": "data/b", "epochs": 1}]
+    fig = charts.learning_curve_figure(curve, runs)
+    assert [shape.x0 for shape in fig.layout.shapes] == [2000]
+    assert "data/b" in fig.layout.annotations[0].text
+    assert not charts.learning_curve_figure(curve, runs[:2] + [{"corpus": "data/a", "epochs": 1}]).layout.shapes
+    assert len(fig.data) == 2 and not charts.learning_curve_figure(curve).layout.shapes
+
+
 def test_head_intro_states_the_training_its_curve_records_and_the_agreement_saved_beside_it():
     """The explainer's account of the head names the answer tokens and epochs of the shipped head's own curve, the
     corpora its runs read, and its weakest and strongest categories from the agreement measured beside it (none
