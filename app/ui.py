@@ -206,10 +206,10 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     gr.Markdown(MACHINE_INTRO, latex_delimiters=LATEX)
     machine = gr.Markdown(elem_id="machine-costs")
     cost_plot = gr.Plot(label="Verification cost curve, measured here", elem_id="cost-curve")
-    curve = head_learning_curve()
+    curve, recipe = head_learning_curve(), head_recipe()
     if curve:
-        gr.Markdown(head_intro(curve, head_realistic_agreement(), head_recipe()))
-        gr.Plot(charts.learning_curve_figure(curve, head_recipe()), label="Draft head: held-out agreement while training", elem_id="head-curve")
+        gr.Markdown(head_intro(curve, head_realistic_agreement(), recipe))
+        gr.Plot(charts.learning_curve_figure(curve, recipe), label="Draft head: held-out agreement while training", elem_id="head-curve")
     gr.Markdown(STEP_INTRO)
     with gr.Row():
         previous = gr.Button("◀ previous step", size="sm")
