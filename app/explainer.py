@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from specdec_core import expected_speedup
 from specdec_core.drafters import DRAFT_EAGLE
-from specdec_core.drafters.eagle import AGREEMENT_NAME, CURVE_NAME
+from specdec_core.drafters.eagle import AGREEMENT_NAME, CURVE_NAME, training_runs
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, HEADS_DIR
 from specdec_core.drafters.hybrid import HybridDrafter
 
@@ -134,8 +134,7 @@ def head_learning_curve() -> list[dict]:
 
 def head_recipe() -> list[dict]:
     """The settings of each run that trained the shipped head, first to last (its learning_curve.json)."""
-    saved = _shipped_head_file(CURVE_NAME)
-    return saved.get("earlier_runs", []) + ([saved["settings"]] if "settings" in saved else [])
+    return training_runs(_shipped_head_file(CURVE_NAME))
 
 
 def head_realistic_agreement() -> dict[str, list[float]]:

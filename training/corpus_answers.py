@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,15 +50,12 @@ def made_features(folder: Path) -> dict[bytes, np.ndarray]:
     machine that wrote them), by shards.token_key of the answer's prompt and response: rows a float32 feature
     store copies instead of recomputing."""
     made = {}
-    for name in ANSWER_JOBS:
-        for shard in sorted((folder / name).glob("shard-*.npz")):
-            records = read_shard(shard)
-            rows = read_features(shard, records)
-            start = 0
-            for record in records if rows is not None else ():
-                tokens = record.prompt + record.response
-                made[token_key(tokens)] = rows[start : start + len(tokens)]
-                start += len(tokens)
+    for _, records, rows in _answer_shards(folder):
+        start = 0
+        for record in records if rows is not None else ():
+            tokens = record.prompt + record.response
+            made[token_key(tokens)] = rows[start : start + len(tokens)]
+            start += len(tokens)
     return made
 
 
@@ -69,12 +67,19 @@ def keep_missing_features(folder: Path, model: PreTrainedModel) -> int:
     shards it wrote."""
     if model.dtype != torch.float32:
         raise ValueError(f"kept features are a float32 forward's; this target is {model.dtype}")
-    missing = [(shard, records) for name in ANSWER_JOBS for shard in sorted((folder / name).glob("shard-*.npz"))
-               for records in [read_shard(shard)] if read_features(shard, records) is None]
+    missing = [(shard, records) for shard, records, rows in _answer_shards(folder) if rows is None]
     for shard, records in tqdm(missing, desc="features kept for earlier shards", unit="shard"):
         made = with_layers(model, ids_only(records), ())
         write_features(shard, records, torch.cat([s.features for s in made]).to(torch.float16))
     return len(missing)
+
+
+def _answer_shards(folder: Path) -> Iterator[tuple[Path, list[Record], np.ndarray | None]]:
+    """Each answer shard, its records, and the features kept for them (None where none were)."""
+    for name in ANSWER_JOBS:
+        for shard in sorted((folder / name).glob("shard-*.npz")):
+            records = read_shard(shard)
+            yield shard, records, read_features(shard, records)
 
 
 def _job_records(folder: Path) -> list[tuple[float, int, Record]]:

@@ -54,7 +54,7 @@ from training.tiny_chat import tiny_target
 from training.ttt_attention import unrolled_attention
 from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
 from specdec_core.machine import native_bfloat16
-from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head
+from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head, training_runs
 from specdec_core.models import default_device, load_stock
 from specdec_core.sources import EMBEDDED_ID, cache_dir
 from specdec_core.prompts import stop_token_ids
@@ -434,7 +434,7 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
         save_head(head, out)
         earlier = _curve_file(init) if init else {}
         (out / CURVE_NAME).write_text(
-            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "earlier_runs": init_recipe(earlier),
+            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "earlier_runs": training_runs(earlier),
                         "heldout_coverage": cover, "curve": after_init(earlier.get("curve", []), curve)}, indent=1) + "\n"
         )
         load_head(out, target)  # what was saved must load
@@ -461,12 +461,6 @@ def after_init(earlier: list[dict], curve: list[dict]) -> list[dict]:
     end = earlier[-1]
     return earlier + [{**point, "step": point["step"] + end["step"], "epoch": round(point["epoch"] + end["epoch"], 3),
                        "train_tokens": point["train_tokens"] + end["train_tokens"]} for point in curve]
-
-
-def init_recipe(init_file: dict) -> list[dict]:
-    """The settings of each run that made the init (from its learning_curve.json), first to last: a continued
-    head's file keeps its whole recipe."""
-    return init_file.get("earlier_runs", []) + ([init_file["settings"]] if "settings" in init_file else [])
 
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:

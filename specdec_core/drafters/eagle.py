@@ -230,6 +230,12 @@ def _rows_of(lm_head: nn.Module, ids: torch.Tensor, dtype: torch.dtype) -> nn.Li
 # ---- files ----------------------------------------------------------------------------------------
 
 
+def training_runs(curve_file: dict) -> list[dict]:
+    """The settings of each run that trained a head, first to last, from its learning_curve.json (CURVE_NAME):
+    the runs before it (`earlier_runs`) and its own (`settings`)."""
+    return curve_file.get("earlier_runs", []) + ([curve_file["settings"]] if "settings" in curve_file else [])
+
+
 def save_head(head: EagleHead, folder: Path) -> None:
     """Half-precision safetensors (fc, midlayer, feature_scale, d2t, t2d) plus config.json."""
     folder.mkdir(parents=True, exist_ok=True)
