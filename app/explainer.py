@@ -127,14 +127,11 @@ def _shipped_head_file(name: str) -> dict:
         return {}
 
 
-def head_learning_curve() -> list[dict]:
-    """The shipped head's learning curve, or [] when no head has been trained."""
-    return _shipped_head_file(CURVE_NAME).get("curve", [])
-
-
-def head_recipe() -> list[dict]:
-    """The settings of each run that trained the shipped head, first to last (its learning_curve.json)."""
-    return training_runs(_shipped_head_file(CURVE_NAME))
+def head_training() -> tuple[list[dict], list[dict]]:
+    """The shipped head's learning curve and the settings of each run that trained it, first to last, from one
+    read of its learning_curve.json; ([], []) when no head has been trained."""
+    curve_file = _shipped_head_file(CURVE_NAME)
+    return curve_file.get("curve", []), training_runs(curve_file)
 
 
 def head_realistic_agreement() -> dict[str, list[float]]:

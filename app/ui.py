@@ -11,7 +11,7 @@ from specdec_core.sources import public_mode, public_parameter_bound
 from . import handlers, limits, views
 from . import charts
 from .presets import PRESETS, default_target
-from .explainer import HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, TREE_INTRO, head_intro, head_learning_curve, head_realistic_agreement, head_recipe
+from .explainer import HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, TREE_INTRO, head_intro, head_realistic_agreement, head_training
 from .workloads import CUSTOM, EVAL_PER_SET, builtin_sets, race_presets, set_choices
 from .zerogpu import gpu_handler
 
@@ -206,7 +206,7 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     gr.Markdown(MACHINE_INTRO, latex_delimiters=LATEX)
     machine = gr.Markdown(elem_id="machine-costs")
     cost_plot = gr.Plot(label="Verification cost curve, measured here", elem_id="cost-curve")
-    curve, recipe = head_learning_curve(), head_recipe()
+    curve, recipe = head_training()
     if curve:
         gr.Markdown(head_intro(curve, head_realistic_agreement(), recipe))
         gr.Plot(charts.learning_curve_figure(curve, recipe), label="Draft head: held-out agreement while training", elem_id="head-curve")

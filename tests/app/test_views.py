@@ -169,7 +169,7 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
     """The explainer's account of the head names the answer tokens and epochs of the shipped head's own curve, the
     corpora its runs read, and its weakest and strongest categories from the agreement measured beside it (none
     typed in by hand)."""
-    from app.explainer import head_intro, head_learning_curve, head_realistic_agreement, head_recipe
+    from app.explainer import head_intro, head_realistic_agreement, head_training
 
     curve = [{"train_tokens": 4_500_000, "epoch": 4.0}]
     assert "4.50M answer tokens seen over 4 epochs;" in head_intro(curve, {})
@@ -182,6 +182,7 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
     shipped = head_realistic_agreement()
     assert shipped["all"] and all(0 < v[0] < 1 for v in shipped.values())
     weakest = min((v[0], c) for c, v in shipped.items() if c != "all")
-    shipped_text = head_intro(head_learning_curve(), shipped, head_recipe())
+    shipped_curve, shipped_runs = head_training()
+    shipped_text = head_intro(shipped_curve, shipped, shipped_runs)
     assert re.search(r"\d\.\d\dM answer tokens seen over \d+ epochs \(\d+ over `data/draft-corpus`", shipped_text)
     assert f"{weakest[0]:.0%} ({weakest[1].replace('_', ' ')})" in shipped_text
