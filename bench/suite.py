@@ -2,13 +2,16 @@
 (specdec_core/eval_sets.py; never trained or tuned on), greedy, against our plain decoding.
 
 Per category and method: speedup (the mean over its prompts of each prompt's paired ratio), mean
-accepted tokens per target pass, acceptance by draft depth, c in the loop, and whether every output
-was token-identical to plain decoding. The head's first-position acceptance in the greedy chain
+accepted tokens per target pass, their spread over the prompts, acceptance by draft depth, c in the
+loop, and whether every output was token-identical to plain decoding; each prompt's own figures too.
+Overall: the mean over categories with its standard error, so that a target read off a few prompts
+a category shows how far the next prompts could move it. The head's first-position acceptance in the greedy chain
 runs stands for its first-position agreement with the target (measured where it drafted).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from datetime import datetime, timezone
 
@@ -43,11 +46,14 @@ def suite_report(args) -> dict:
             timings, outputs = measure(_methods(target, prompt, args.tokens, stops, drafts), args.repeats)
             rows.append({name: _method_row(t, timings["plain"], outputs[name] == outputs["plain"])
                          for name, t in timings.items() if name != "plain"})
-        report["categories"][category] = _category_summary(rows, [name for name in drafts if name.startswith("head k=")])
+        report["categories"][category] = _category_summary(rows, [name for name in drafts if name.startswith("head k=")],
+                                                           [item.id for item in prompts])
         print(f"[{category}] " + ", ".join(f"{m} {v['speedup']:.2f}x/{v['tokens_per_pass']:.2f}"
                                            for m, v in report["categories"][category]["methods"].items()), flush=True)
     report["overall"] = _overall(report["categories"])
-    print(report["overall"])
+    print("\n".join(f"{m}: {v['speedup']:.2f}x ± {_or_nan(v['speedup_se']):.2f}, "
+                    f"{v['tokens_per_pass']:.2f} ± {_or_nan(v['tokens_per_pass_se']):.2f} tokens per pass"
+                    for m, v in report["overall"].items() if m != "all_identical"), flush=True)
     return report
 
 
@@ -93,22 +99,46 @@ def _method_row(timing, plain, identical: bool) -> dict:
     }
 
 
-def _category_summary(rows: list[dict], chains: list[str]) -> dict:
+FIGURES = ("speedup", "tokens_per_pass")  # what each prompt contributes, with a spread and a standard error
+
+
+def _category_summary(rows: list[dict], chains: list[str], ids: list[str]) -> dict:
     def mean(method: str, field: str) -> float | None:
         values = [r[method][field] for r in rows if r[method][field] is not None]
         return statistics.mean(values) if values else None
 
+    def spread(method: str, field: str) -> float | None:
+        return statistics.stdev(r[method][field] for r in rows) if len(rows) > 1 else None
+
     methods = {m: {"speedup": mean(m, "speedup"), "tokens_per_pass": mean(m, "tokens_per_pass"), "c": mean(m, "c"),
+                   **{f"{field}_sd": spread(m, field) for field in FIGURES},
                    "first_depth": statistics.mean(r[m]["by_depth"][0] for r in rows if r[m]["by_depth"]) if any(r[m]["by_depth"] for r in rows) else None}
                for m in rows[0]}
     best = max((m for m in chains if m in methods), key=lambda m: methods[m]["speedup"], default=None)
+    per_prompt = [{"id": id, **{m: {field: row[m][field] for field in FIGURES} for m in row}} for id, row in zip(ids, rows)]
     return {"methods": methods, "head_best_k": best, "prompts": len(rows),
-            "all_identical": all(r[m]["identical"] for r in rows for m in r)}
+            "all_identical": all(r[m]["identical"] for r in rows for m in r), "per_prompt": per_prompt}
 
 
 def _overall(categories: dict) -> dict:
-    """Means over categories, as Spec-Bench reports them."""
+    """Means over categories, as Spec-Bench reports them, each with its standard error: the categories are
+    strata of equal weight, so SE = sqrt(sum over categories of sd^2 / n) / categories (None where a
+    category has a single prompt)."""
     methods = next(iter(categories.values()))["methods"]
-    return {m: {"speedup": statistics.mean(c["methods"][m]["speedup"] for c in categories.values()),
-                "tokens_per_pass": statistics.mean(c["methods"][m]["tokens_per_pass"] for c in categories.values())}
-            for m in methods} | {"all_identical": all(c["all_identical"] for c in categories.values())}
+
+    def standard_error(method: str, field: str) -> float | None:
+        parts = [(c["methods"][method][f"{field}_sd"], c["prompts"]) for c in categories.values()]
+        if any(sd is None for sd, _ in parts):
+            return None
+        return math.sqrt(sum(sd * sd / n for sd, n in parts)) / len(parts)
+
+    overall = {m: {} for m in methods}
+    for m in methods:
+        for f in FIGURES:
+            overall[m][f] = statistics.mean(c["methods"][m][f] for c in categories.values())
+            overall[m][f"{f}_se"] = standard_error(m, f)
+    return overall | {"all_identical": all(c["all_identical"] for c in categories.values())}
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value

@@ -39,6 +39,9 @@ def test_suite_reports_each_chosen_method_per_category(tmp_path, embedded):
         assert category["all_identical"] is True and category["head_best_k"] == "head k=3"
         assert set(category["methods"]) == {"head k=3", "hybrid k=3", "ngram adaptive"}
         assert all(m["tokens_per_pass"] >= 1 and m["speedup"] > 0 for m in category["methods"].values())
+        [row] = category["per_prompt"]  # one prompt a category: its own figures are the category's
+        assert row["head k=3"]["tokens_per_pass"] == category["methods"]["head k=3"]["tokens_per_pass"]
+    assert report["overall"]["head k=3"]["tokens_per_pass_se"] is None  # no spread from one prompt a category
 
 
 def test_suite_names_a_method_it_does_not_know(tmp_path):
