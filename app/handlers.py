@@ -338,11 +338,19 @@ def _advice(rows: list[dict]) -> str:
         spec_s = sum(r["tokens_spec"] / r["tok_s_spec"] for r in mine if r["tok_s_spec"])
         speedup = (sum(r["tokens_spec"] for r in mine) / spec_s) / (sum(r["tokens_plain"] for r in mine) / plain_s)
         verdict = "speculation pays" if speedup > 1.05 else ("no gain: leave it off" if speedup < 0.95 else "a wash")
-        lines.append(f"- **{workload}**: {speedup:.2f}× over {len(mine)} prompts: {verdict}.")
+        lines.append(f"- **{workload}**: {speedup:.2f}× over {len(mine)} prompts{_spread(mine)}: {verdict}.")
     lines.append(
         "\nThe gain depends on the workload: measure yours both ways before making speculation a global setting."
     )
     return "\n".join(lines)
+
+
+def _spread(rows: list[dict]) -> str:
+    """The per-prompt range, so that a verdict read off a few prompts shows how far they disagree."""
+    if len(rows) < 2:
+        return ""
+    speedups = [r["speedup"] for r in rows]
+    return f" (each prompt {min(speedups):.2f}× to {max(speedups):.2f}×)"
 
 
 def _write_downloads(rows: list[dict]) -> list[str]:

@@ -118,6 +118,8 @@ def test_workload_check_reports_each_prompt(client):
     assert all(row[headers.index(COLUMN_HEADERS["identical"])] is True for row in rows)
     assert all(row[headers.index(COLUMN_HEADERS["speedup"])] > 0 for row in rows)
     assert "custom" in status and "measure yours both ways" in status
+    low, high = sorted(row[headers.index(COLUMN_HEADERS["speedup"])] for row in rows)
+    assert f"each prompt {low:.2f}× to {high:.2f}×" in status
     assert sorted(f.rsplit(".", 1)[-1] for f in files) == ["csv", "json"]
 
 
