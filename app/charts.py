@@ -17,7 +17,7 @@ from specdec_core.drafters.tree import depths
 from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve
 
 from .race import Race
-from .views import draft_q
+from .views import AFTER_END, draft_q
 
 COLORS = {
     "accepted": "#2e9d57",
@@ -236,14 +236,16 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
         accepted = node in step.path
         fig.add_scatter(x=[x[parent], x[node]], y=[y[parent], y[node]], mode="lines", hoverinfo="skip", showlegend=False,
                         line=dict(color=COLORS["accepted"] if accepted else "#c9ccd1", width=3 if accepted else 1))
-    fig.add_scatter(x=[x[last], x[len(step.parents)]], y=[y[last], y[len(step.parents)]], mode="lines", hoverinfo="skip",
-                    showlegend=False, line=dict(color=COLORS[step.next_outcome], width=3, dash="dot"))
+    if step.next_emitted:
+        fig.add_scatter(x=[x[last], x[len(step.parents)]], y=[y[last], y[len(step.parents)]], mode="lines", hoverinfo="skip",
+                        showlegend=False, line=dict(color=COLORS[step.next_outcome], width=3, dash="dot"))
     groups = {
-        "accepted": [n for n in range(step.drafted_count) if n in step.path],
+        "accepted": list(step.emitted_path),
+        AFTER_END: [n for n in step.path if n not in step.emitted_path],
         "rejected": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] in on_path],
         "unverified": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] not in on_path],
     }
-    colors = {"accepted": COLORS["accepted"], "rejected": COLORS["rejected"], "unverified": "#f0b4b4"}
+    colors = {"accepted": COLORS["accepted"], AFTER_END: "#b5dfc4", "rejected": COLORS["rejected"], "unverified": "#f0b4b4"}
     for name, nodes in groups.items():
         if nodes:
             fig.add_scatter(
@@ -256,15 +258,17 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
         x=[x[-1]], y=[y[-1]], mode="markers", name="root (last context token)", hoverinfo="skip",
         marker=dict(size=12, color=COLORS["plain"], symbol="square"),
     )
-    fig.add_scatter(
-        x=[x[len(step.parents)]], y=[y[len(step.parents)]], mode="markers+text", name=step.next_outcome,
-        text=[_label(text(step.next_token))], textposition="top center",
-        marker=dict(size=18, color=COLORS[step.next_outcome], symbol="star"),
-        hovertext=[f"{step.next_outcome} from the target · p={step.next_token_prob:.3f}"], hoverinfo="text",
-    )
+    if step.next_emitted:
+        fig.add_scatter(
+            x=[x[len(step.parents)]], y=[y[len(step.parents)]], mode="markers+text", name=step.next_outcome,
+            text=[_label(text(step.next_token))], textposition="top center",
+            marker=dict(size=18, color=COLORS[step.next_outcome], symbol="star"),
+            hovertext=[f"{step.next_outcome} from the target · p={step.next_token_prob:.3f}"], hoverinfo="text",
+        )
     shape = "chain" if step.is_chain else "tree"
+    ended = "" if step.next_emitted or not step.path else f" (the answer ended at the end token, depth {len(step.emitted_path)})"
     fig.update_layout(title=dict(text=f"Step {index + 1} of {total}: a {shape} of {step.drafted_count} drafted tokens, "
-                                      f"{step.accepted_count} accepted", font_size=14))
+                                      f"{step.accepted_count} accepted{ended}", font_size=14))
     fig.update_xaxes(title_text="depth (tokens after the context)", dtick=1, zeroline=False)
     fig.update_yaxes(visible=False)
     return _legend_on_top(_style(fig, height=360))

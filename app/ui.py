@@ -91,7 +91,8 @@ def _race_tab(last_race: gr.State) -> dict:
             tree_step = gr.Slider(1, 2, value=1, step=1, label="Step", info="follows the race live; drag to replay",
                                   interactive=False, elem_id="tree-step")
             gr.Markdown("<p class='note'>Green: the accepted path. Red: drafts the target judged and refused. Pale red: "
-                        "drafts below a refusal, never reached. Star: the target's correction (orange) or bonus (blue).</p>")
+                        "drafts below a refusal, never reached. Pale green: accepted after the answer's end token, so not emitted. "
+                        "Star: the target's correction (orange) or bonus (blue).</p>")
     summary = gr.HTML(elem_id="race-summary")
     plot = gr.Plot(label="Live charts", elem_id="race-charts")
     with gr.Accordion("Run details (JSON, as the API returns them)", open=False):

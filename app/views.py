@@ -32,6 +32,8 @@ LEGEND = {
     BONUS: "target's bonus token",
     TARGET: "target token (no draft)",
 }
+# An accepted draft below an accepted end token: the target agreed, but the answer had ended.
+AFTER_END = "accepted after the end token (not emitted)"
 
 
 class TokenText:
@@ -86,8 +88,7 @@ def step_spans(step: Step, text: TokenText, inline_rejected: bool = False) -> It
     if isinstance(step, PlainStep):
         yield _span(text(step.token), TARGET, f"target p={_pct(step.target_prob)}")
         return
-    emitted = len(step.emitted_tokens)
-    for node in step.path[:emitted]:
+    for node in step.emitted_path:
         yield _span(text(step.draft_tokens[node]), ACCEPTED, f"accepted · {_node_probs(step, node)}")
     refused = refused_nodes(step)
     if refused and inline_rejected:
@@ -97,7 +98,7 @@ def step_spans(step: Step, text: TokenText, inline_rejected: bool = False) -> It
         listed = "; ".join(f"{text(step.draft_tokens[node])!r} ({what.split(' ')[0]})" for node, what in refused)
         yield (f'<span class="tok tok-marker" title="{html.escape(f"{len(refused)} refused drafts: {listed}")}">'
                f"✕{len(refused)}</span>")
-    if emitted > step.accepted_count:
+    if step.next_emitted:
         outcome = step.next_outcome
         why = {CORRECTION: "target's correction", BONUS: "bonus token after the accepted path ended at a leaf"}.get(
             outcome, "target token (the drafter had nothing to offer)"
@@ -151,9 +152,12 @@ def summary_html(race: Race) -> str:
 def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) -> str:
     """One speculative step taken apart: what was drafted, how the target judged each node."""
     refused = dict(refused_nodes(step))
+    after_end = set(step.path) - set(step.emitted_path)
     rows = []
     for node, token in enumerate(step.draft_tokens):
         verdict, outcome = ("accepted", ACCEPTED) if node in step.path else (refused[node], REJECTED)
+        if node in after_end:
+            verdict = AFTER_END
         q = draft_q(step, node)
         q_text = "1 (n-gram)" if q is None else f"{q:.3f}"
         parent = "root" if step.parents[node] < 0 else f"{step.parents[node] + 1}"
@@ -162,15 +166,20 @@ def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) ->
             f"<td>{step.target_probs[node]:.3f}</td><td>{step.accept_probs[node]:.3f}</td><td>{html.escape(verdict)}</td></tr>"
         )
     outcome = step.next_outcome
+    said = LEGEND[outcome] if step.next_emitted else "not emitted: the answer had ended"
     rows.append(
         f"<tr><td>+</td><td></td><td>{_span(text(step.next_token), outcome, outcome)}</td><td></td>"
-        f"<td>{step.next_token_prob:.3f}</td><td></td><td>{html.escape(LEGEND[outcome])}</td></tr>"
+        f"<td>{step.next_token_prob:.3f}</td><td></td><td>{html.escape(said)}</td></tr>"
     )
     shape = "a chain of" if step.is_chain else "a tree of"
+    below = f"the {len(after_end)} accepted below it and " if after_end else ""
+    then = (f"then 1 {html.escape(outcome)} token from the target" if step.next_emitted else
+            f"the answer ended on accepted draft {len(step.emitted_path)}, an end token: {below}the target's own "
+            f"token {'were' if after_end else 'was'} not emitted")
     head = (
         f"<p><b>Step {index + 1} of {total}</b>: the draft proposed {shape} {step.drafted_count} tokens in "
         f"{1000 * step.draft_seconds:.0f} ms; one target pass verified them in {1000 * step.verify_seconds:.0f} ms; "
-        f"{step.accepted_count} accepted, then 1 {html.escape(outcome)} token from the target.</p>"
+        f"{step.accepted_count} accepted, {then}.</p>"
     )
     table = (
         "<table class='step'><tr><th>#</th><th>parent</th><th>token</th><th>draft q(x)</th><th>target p(x)</th>"

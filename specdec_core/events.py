@@ -60,6 +60,18 @@ class SpecStep:
         return len(self.path)
 
     @property
+    def emitted_path(self) -> tuple[int, ...]:
+        """The accepted nodes the output kept: the path, cut after an end token the target accepted inside
+        it (the nodes below it were accepted too, but the answer had ended)."""
+        return self.path[: len(self.emitted_tokens)]
+
+    @property
+    def next_emitted(self) -> bool:
+        """Whether the target's own token (correction or bonus) reached the output: not when the answer
+        ended on an accepted draft."""
+        return len(self.emitted_tokens) > len(self.path)
+
+    @property
     def rejected_count(self) -> int:
         """Drafts not accepted: refused ones, and those below them, which are discarded unverified."""
         return len(self.draft_tokens) - len(self.path)

@@ -106,6 +106,24 @@ def test_race_chart_has_all_four_panels(race):
     assert sum(histogram.y) == len(race.spec_steps)
 
 
+def test_a_step_whose_answer_ends_inside_its_path_shows_only_what_was_emitted(text):
+    # path 0 -> 1 -> 2 accepted, but node 1 is the end token: the output keeps nodes 0 and 1 and nothing after
+    end = 7
+    step = SpecStep(draft_tokens=(5, end, 8, 9), parents=(-1, 0, 1, 0), path=(0, 1, 2), draft_probs=(.9, .8, .7, .1),
+                    target_probs=(.9, .9, .6, .05), accept_probs=(1, 1, 1, 0), next_token=3, next_token_prob=.4,
+                    emitted_tokens=(5, end), draft_passes=3, draft_seconds=.01, verify_seconds=.05)
+    assert step.emitted_path == (0, 1) and not step.next_emitted
+    fig = charts.tree_figure(step, text, 0, 1)
+    groups = {t.name: len(t.x) for t in fig.data if t.name}
+    assert groups["accepted"] == 2 and groups[views.AFTER_END] == 1 and groups["rejected"] == 1
+    assert not {"bonus", "correction"} & set(groups)  # the target's own token never reached the output
+    assert "the answer ended at the end token, depth 2" in fig.layout.title.text
+    detail = views.step_detail_html(step, 0, 1, text)
+    assert views.AFTER_END in detail and "not emitted: the answer had ended" in detail
+    spans = "".join(views.step_spans(step, text))
+    assert len(re.findall(r'class="tok tok-accepted"', spans)) == 2 and "tok-bonus" not in spans
+
+
 def test_step_detail_lists_each_draft(race, text):
     step = next(s for s in race.spec_steps if s.rejected_token is not None)
     html = views.step_detail_html(step, 0, len(race.spec_steps), text)
