@@ -241,7 +241,7 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
                         showlegend=False, line=dict(color=COLORS[step.next_outcome], width=3, dash="dot"))
     groups = {
         "accepted": list(step.emitted_path),
-        AFTER_END: [n for n in step.path if n not in step.emitted_path],
+        AFTER_END: list(step.accepted_after_end),
         "rejected": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] in on_path],
         "unverified": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] not in on_path],
     }
@@ -266,7 +266,7 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
             hovertext=[f"{step.next_outcome} from the target · p={step.next_token_prob:.3f}"], hoverinfo="text",
         )
     shape = "chain" if step.is_chain else "tree"
-    ended = "" if step.next_emitted or not step.path else f" (the answer ended at the end token, depth {len(step.emitted_path)})"
+    ended = "" if step.next_emitted else f" (the answer ended at the end token, depth {len(step.emitted_path)})"
     fig.update_layout(title=dict(text=f"Step {index + 1} of {total}: a {shape} of {step.drafted_count} drafted tokens, "
                                       f"{step.accepted_count} accepted{ended}", font_size=14))
     fig.update_xaxes(title_text="depth (tokens after the context)", dtick=1, zeroline=False)

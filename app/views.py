@@ -152,7 +152,7 @@ def summary_html(race: Race) -> str:
 def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) -> str:
     """One speculative step taken apart: what was drafted, how the target judged each node."""
     refused = dict(refused_nodes(step))
-    after_end = set(step.path) - set(step.emitted_path)
+    after_end = step.accepted_after_end
     rows = []
     for node, token in enumerate(step.draft_tokens):
         verdict, outcome = ("accepted", ACCEPTED) if node in step.path else (refused[node], REJECTED)

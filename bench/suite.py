@@ -115,7 +115,7 @@ def _category_summary(rows: list[dict], chains: list[str], ids: list[str]) -> di
                    "first_depth": statistics.mean(r[m]["by_depth"][0] for r in rows if r[m]["by_depth"]) if any(r[m]["by_depth"] for r in rows) else None}
                for m in rows[0]}
     best = max((m for m in chains if m in methods), key=lambda m: methods[m]["speedup"], default=None)
-    per_prompt = [{"id": id, **{m: {field: row[m][field] for field in FIGURES} for m in row}} for id, row in zip(ids, rows)]
+    per_prompt = [{"id": prompt_id, **{m: {field: row[m][field] for field in FIGURES} for m in row}} for prompt_id, row in zip(ids, rows)]
     return {"methods": methods, "head_best_k": best, "prompts": len(rows),
             "all_identical": all(r[m]["identical"] for r in rows for m in r), "per_prompt": per_prompt}
 

@@ -66,6 +66,11 @@ class SpecStep:
         return self.path[: len(self.emitted_tokens)]
 
     @property
+    def accepted_after_end(self) -> tuple[int, ...]:
+        """The accepted nodes below that end token: the target agreed with them, but they were not emitted."""
+        return self.path[len(self.emitted_tokens) :]
+
+    @property
     def next_emitted(self) -> bool:
         """Whether the target's own token (correction or bonus) reached the output: not when the answer
         ended on an accepted draft."""

@@ -112,7 +112,7 @@ def test_a_step_whose_answer_ends_inside_its_path_shows_only_what_was_emitted(te
     step = SpecStep(draft_tokens=(5, end, 8, 9), parents=(-1, 0, 1, 0), path=(0, 1, 2), draft_probs=(.9, .8, .7, .1),
                     target_probs=(.9, .9, .6, .05), accept_probs=(1, 1, 1, 0), next_token=3, next_token_prob=.4,
                     emitted_tokens=(5, end), draft_passes=3, draft_seconds=.01, verify_seconds=.05)
-    assert step.emitted_path == (0, 1) and not step.next_emitted
+    assert step.emitted_path == (0, 1) and step.accepted_after_end == (2,) and not step.next_emitted
     fig = charts.tree_figure(step, text, 0, 1)
     groups = {t.name: len(t.x) for t in fig.data if t.name}
     assert groups["accepted"] == 2 and groups[views.AFTER_END] == 1 and groups["rejected"] == 1
