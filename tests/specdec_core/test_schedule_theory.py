@@ -147,6 +147,5 @@ def test_adaptive_k_costs_little_where_nothing_is_accepted_on_a_cpu_whose_wide_p
     and probes rarely enough to stay within 3% of plain decoding, and pays once drafts are accepted."""
     ratios = (1.0, 1.19, 1.22, 1.39, 1.39, 1.43, 1.53, 1.56, 1.63, 1.63, 1.74, 1.74, 1.83, 1.83, 1.97, 1.97, 2.08)
     curve = CostCurve(tuple(0.071 * r for r in ratios))
-    worst = min(simulated_speedup(0.0, curve, draft_cost=0.066, seed=seed) for seed in range(20))
-    assert worst >= 0.97
+    assert simulated_speedup(0.0, curve, draft_cost=0.066) >= 0.97  # no draft accepted: the same run for every seed
     assert sum(simulated_speedup(0.6, curve, draft_cost=0.066, seed=seed) for seed in range(20)) / 20 > 1.2
