@@ -39,7 +39,7 @@ import math
 import random
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -82,6 +82,7 @@ class Settings:
     seed: int = 0
     evals_per_epoch: int = 4
     depth_decay: float = 1.0  # depth s's loss weighs depth_decay ** (s - 1) (EAGLE-3: 0.8); 1.0: all depths alike
+    draft_layers: int = 1  # the head's decoder layers; an --init head with fewer is deepened (deepened)
 
 
 # ---- data ------------------------------------------------------------------------------------------
@@ -384,7 +385,7 @@ def _save_checkpoint(path: Path, head, optimizer, schedule, state, settings) -> 
 
 def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]) -> EagleHead:
     ids = draft_vocabulary(train_set, settings.draft_vocab, stops)
-    head = EagleHead(target, HeadConfig.for_target(target, name, len(ids), layers_of(settings)), ids)
+    head = EagleHead(target, HeadConfig.for_target(target, name, len(ids), layers_of(settings), settings.draft_layers), ids)
     sample = train_set[:SCALE_SAMPLE] if settings.corpus else train_set
     head.feature_scale.copy_(feature_scale(sample))
     target.requires_grad_(False)
@@ -394,15 +395,35 @@ def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], sett
 def start_from(folder: Path, target: PreTrainedModel, settings: Settings) -> EagleHead:
     """A saved head to train further: a warm restart, with a new learning-rate schedule over the run's epochs
     (the held-out curve of the corpus-trained heads was still rising when their schedules ended). It keeps its
-    own draft vocabulary and feature scale, so its layout and vocabulary size must be the run's."""
-    head = load_head(folder, target).train()
+    own draft vocabulary and feature scale, so its layout and vocabulary size must be the run's; it may gain layers
+    (--draft-layers, deepened)."""
+    head = load_head(folder, target)
     want = (layers_of(settings), settings.draft_vocab)
     have = (head.config.feature_layers, head.config.draft_vocab_size)
     if have != want:
         raise SystemExit(f"--init {folder}: that head reads layers {list(have[0]) or 'last'} with {have[1]} draft tokens; "
                          f"this run trains layers {list(want[0]) or 'last'} with {want[1]} (--feature-layers, --draft-vocab).")
+    if settings.draft_layers < head.config.draft_layers:
+        raise SystemExit(f"--init {folder}: that head has {head.config.draft_layers} decoder layers; --draft-layers "
+                         f"{settings.draft_layers} would drop some (a head can gain layers, not lose them).")
     target.requires_grad_(False)
-    return head
+    return deepened(head, target, settings.draft_layers).train()
+
+
+def deepened(head: EagleHead, target: PreTrainedModel, draft_layers: int) -> EagleHead:
+    """head with decoder layers added after its own, each starting as the identity: its attention output and MLP
+    down projections are zero, so their residual branches add nothing (as LoRA starts its B at zero) and the
+    deeper head drafts exactly as head did until training moves them; the other weights train from there."""
+    if draft_layers == head.config.draft_layers:
+        return head
+    deeper = EagleHead(target, replace(head.config, draft_layers=draft_layers), head.draft_to_target, head.feature_scale.dtype)
+    missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
+    assert not unexpected and all(name.startswith("upper_layers.") for name in missing), (missing, unexpected)
+    with torch.no_grad():
+        for layer in deeper.upper_layers[head.config.draft_layers - 1 :]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return deeper
 
 
 def run_embedded(settings: Settings, out: Path, max_minutes: float | None, init: Path | None = None) -> None:
@@ -467,10 +488,10 @@ def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
     return len(batches(train_set, settings.batch_tokens, random.Random(0))) * settings.epochs
 
 
-def run_smoke(out: Path, epochs: int = 6, feature_layers: str = "") -> list[dict]:
+def run_smoke(out: Path, epochs: int = 6, feature_layers: str = "", draft_layers: int = 1) -> list[dict]:
     """A tiny random target's greedy continuations of random prompts; a few epochs; the head saved and reloaded."""
     settings = Settings(draft_vocab=128, depth=3, epochs=epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
-                        feature_layers=feature_layers)
+                        feature_layers=feature_layers, draft_layers=draft_layers)
     target = tiny_target().to(default_device())  # on the GPU where there is one: the smoke run tests that path too
     check_layout(target, settings)
     rng = torch.Generator().manual_seed(1)
@@ -499,7 +520,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if args.smoke:
-        curve = run_smoke(args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke", feature_layers=args.feature_layers)
+        curve = run_smoke(args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke", feature_layers=args.feature_layers,
+                          draft_layers=args.draft_layers)
         print(f"smoke: loss {curve[0]['train_loss']} -> {curve[-1]['train_loss']}")
         return
     settings = Settings(**{name: getattr(args, name) for name in asdict(defaults)})

@@ -1,14 +1,14 @@
 """An EAGLE draft head (Li et al. 2024, arXiv 2401.15077): a learned draft that reads the target's features.
 
 The head is one decoder layer of the target's own architecture (transformers' LlamaDecoderLayer
-with the target's config). At position j it reads fc([embedding of token j+1, feature f_j]) and
-predicts f_{j+1}, the target's last hidden state (before its final norm); the target's own frozen
-final norm and lm_head turn that prediction into logits. The lm_head is cut to the draft
-vocabulary, the N tokens the target emits most often (FR-Spec, arXiv 2502.14856), because its
+with the target's config), or a few stacked (`draft_layers` in its config). At position j it
+reads fc([embedding of token j+1, feature f_j]) and predicts f_{j+1}, the target's last hidden state
+(before its final norm); the target's own frozen final norm and lm_head turn that prediction into
+logits. The lm_head is cut to the draft vocabulary, the N tokens the target emits most often (FR-Spec, arXiv 2502.14856), because its
 cost grows with the rows it scores: q is then zero outside the draft vocabulary, still a proper
 distribution over target ids, so the acceptance rule stays exact.
 
-Drafting k tokens runs the layer k times on the head's own KV cache: the first pass reads the
+Drafting k tokens runs the layers k times on the head's own KV cache: the first pass reads the
 target's real features, the next ones the head's own predicted feature (EAGLE's chain). The
 engine hands the head the target's features after every target pass (observe_features), so
 entries computed from predictions are replaced by real ones once the target has verified them.
@@ -59,6 +59,9 @@ CURVE_NAME = "learning_curve.json"  # written by training/, shown by the app's e
 AGREEMENT_NAME = "agreement.json"  # written by `bench --agreement --save-beside`, quoted by the app's explainer
 
 
+# A config asking for more is refused before its layers are allocated: each costs a target layer's time per draft
+# token, and a head of SmolLM2-135M's 30 layers' size would draft no cheaper than the target.
+MAX_DRAFT_LAYERS = 4
 EAGLE1 = "eagle1-llama-decoder-layer"  # reads the target's last layer
 EAGLE3_FUSED = "eagle3-fused-features-llama-decoder-layer"  # reads several layers through `fuse`
 
@@ -75,15 +78,18 @@ class HeadConfig:
     draft_vocab_size: int
     architecture: str = EAGLE1
     feature_layers: tuple[int, ...] = ()  # the target layers read (from 0), ascending; () = the last (EAGLE-1)
+    draft_layers: int = 1  # the head's own decoder layers (EAGLE: one)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "feature_layers", tuple(self.feature_layers))  # a JSON list when read from a file
 
     @classmethod
-    def for_target(cls, target: PreTrainedModel, name: str, draft_vocab_size: int, feature_layers: tuple[int, ...] = ()) -> HeadConfig:
+    def for_target(cls, target: PreTrainedModel, name: str, draft_vocab_size: int, feature_layers: tuple[int, ...] = (),
+                   draft_layers: int = 1) -> HeadConfig:
         c = target.config
         architecture = EAGLE3_FUSED if feature_layers else EAGLE1
-        return cls(name, c.model_type, c.hidden_size, c.num_hidden_layers, c.vocab_size, draft_vocab_size, architecture, tuple(feature_layers))
+        return cls(name, c.model_type, c.hidden_size, c.num_hidden_layers, c.vocab_size, draft_vocab_size, architecture,
+                   tuple(feature_layers), draft_layers)
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -106,6 +112,8 @@ class HeadConfig:
                 f"{seen[2]} layers, {seen[3]} tokens)."
             )
         self.check_layout(where)
+        if not 1 <= self.draft_layers <= MAX_DRAFT_LAYERS:
+            raise ModelLoadError(f"The draft head in {where} has {self.draft_layers} decoder layers; a head has 1 to {MAX_DRAFT_LAYERS}.")
 
     def check_layout(self, where: str) -> None:
         """The feature layout must be one this code runs: EAGLE-1 on the last layer, or fused distinct layers."""
@@ -121,7 +129,7 @@ class HeadConfig:
 
 
 class EagleHead(nn.Module):
-    """The trainable part (fc, midlayer) plus frozen views of the target (embedding, norm, lm_head rows)."""
+    """The trainable part (fc, midlayer, upper_layers) plus frozen views of the target (embedding, norm, lm_head rows)."""
 
     def __init__(self, target: PreTrainedModel, config: HeadConfig, draft_ids: torch.Tensor, dtype: torch.dtype | None = None) -> None:
         """dtype: what the head computes in (default: the target's); head_variants.py times float32,
@@ -131,14 +139,17 @@ class EagleHead(nn.Module):
         draft_ids = torch.unique(draft_ids)  # sorted and distinct: draft id order follows target id order
         hidden = config.hidden_size
         layer_config = copy.deepcopy(target.config)
-        layer_config.num_hidden_layers = 1
+        layer_config.num_hidden_layers = config.draft_layers
         layer_config._attn_implementation = "sdpa"
         self.config = config
         self.layer_config = layer_config
         # EAGLE-3: the low, middle and high layers' outputs made one vector; EAGLE-1 reads the last as it is
         self.fuse = nn.Linear(config.feature_width, hidden, bias=False) if config.feature_layers else None
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        # The first layer keeps EAGLE's published name, so one-layer files are EAGLE's layout; a deeper head's
+        # further layers follow it, each with its own entries in the head's cache.
         self.midlayer = LlamaDecoderLayer(layer_config, layer_idx=0)
+        self.upper_layers = nn.ModuleList(LlamaDecoderLayer(layer_config, layer_idx=i) for i in range(1, config.draft_layers))
         self.rotary = LlamaRotaryEmbedding(layer_config)
         self.register_buffer("feature_scale", torch.ones(config.feature_width))
         # EAGLE-3's reduced-vocabulary convention: target id = draft id + d2t[draft id]; t2d marks kept ids.
@@ -192,15 +203,12 @@ class EagleHead(nn.Module):
         """The head's outputs [B, T, H], in the space of its input: EAGLE-1's predict the target's next
         scaled feature; the fused head's are its own hidden states."""
         embedded = self._frozen["embed"](tokens).to(features.dtype)
-        x = self.fc(torch.cat([embedded, features], dim=-1))
-        return self.midlayer(
-            x,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=True,
-            position_embeddings=self.rotary(x, position_ids),
-        )
+        hidden = self.fc(torch.cat([embedded, features], dim=-1))
+        rotary = self.rotary(hidden, position_ids)
+        for layer in (self.midlayer, *self.upper_layers):
+            hidden = layer(hidden, attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True,
+                           position_embeddings=rotary)
+        return hidden
 
     def logits(self, predicted: torch.Tensor) -> torch.Tensor:
         """The head's outputs [..., H] -> logits over the draft vocabulary [..., N], through the scale of the
@@ -237,7 +245,7 @@ def training_runs(curve_file: dict) -> list[dict]:
 
 
 def save_head(head: EagleHead, folder: Path) -> None:
-    """Half-precision safetensors (fc, midlayer, feature_scale, d2t, t2d) plus config.json."""
+    """Half-precision safetensors (fc, midlayer, upper_layers, feature_scale, d2t, t2d) plus config.json."""
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in head.state_dict().items()}
     save_file(tensors, str(folder / WEIGHTS_NAME))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec_core import SamplingConfig
-from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head
+from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
@@ -17,7 +17,7 @@ from tests.training.test_corpus import hardware_bfloat16
 from training.corpus_features import with_layers
 from training.draft_data import Sequence, build_prompts
 from training.tiny_chat import tiny_target
-from training.train_head import Settings, loss_terms, main, new_head, training_dtype, unrolled_pass
+from training.train_head import Settings, loss_terms, main, new_head, start_from, training_dtype, unrolled_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +44,37 @@ def test_smoke_training_of_a_fused_head_lowers_the_loss_and_saves_a_head_that_lo
     assert curve[-1]["train_loss"] < curve[0]["train_loss"]
     head = load_head(tmp_path / "head", tiny_target())
     assert head.config.layers == (0, 1) and head.fuse is not None and head.feature_scale.shape == (2 * 64,)
+
+
+def test_smoke_training_of_a_two_layer_head_lowers_the_loss_and_saves_a_head_that_loads(tmp_path):
+    main(["--smoke", "--draft-layers", "2", "--out", str(tmp_path / "head")])
+    curve = json.loads((tmp_path / "head" / "learning_curve.json").read_text())["curve"]
+    assert curve[-1]["train_loss"] < curve[0]["train_loss"]
+    head = load_head(tmp_path / "head", tiny_target())
+    assert head.config.draft_layers == 2 and len(head.upper_layers) == 1
+
+
+def test_a_head_deepened_from_its_init_drafts_as_it_did_and_then_trains_its_new_layer(tmp_path):
+    """--init with more --draft-layers: the added layer starts as the identity (the head's outputs are its init's,
+    at every unrolled depth), and the loss's gradient reaches it. Fewer layers than the init has are refused."""
+    target = tiny_target()
+    torch.manual_seed(0)
+    head = EagleHead(target, HeadConfig.for_target(target, "tiny", 48), torch.arange(48)).eval()
+    save_head(head, tmp_path / "init")
+    head = load_head(tmp_path / "init", target)  # the float16 round trip the deepened head also reads
+    deeper = start_from(tmp_path / "init", target, Settings(draft_vocab=48, draft_layers=2, depth=3))
+    assert deeper.config.draft_layers == 2 and len(deeper.upper_layers) == 1
+    batch = random_answers(2, seed=3)
+    tokens = torch.stack([s.tokens for s in batch])
+    features = torch.stack([s.features for s in with_layers(target, batch, ())]).float()
+    with torch.no_grad():
+        before, after = unrolled_pass(head, tokens, features, depth=3), unrolled_pass(deeper.eval(), tokens, features, depth=3)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    loss_terms(deeper.train(), with_layers(target, batch, ()), Settings(draft_vocab=48, draft_layers=2, depth=3)).backward()
+    assert deeper.upper_layers[0].self_attn.o_proj.weight.grad.abs().sum() > 0
+    save_head(deeper, tmp_path / "deep")
+    with pytest.raises(SystemExit, match="2 decoder layers"):
+        start_from(tmp_path / "deep", target, Settings(draft_vocab=48, draft_layers=1))
 
 
 def test_smoke_training_resumes_from_its_checkpoint(tmp_path):

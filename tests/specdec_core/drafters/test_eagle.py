@@ -22,10 +22,12 @@ from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_margina
 VOCAB = 32
 
 
-def random_head(target, draft_ids: list[int], seed: int = 0, sharpness: float = 4.0, layers: tuple[int, ...] = ()) -> EagleHead:
-    """layers: () reads the last layer (EAGLE-1); several fuse their outputs (EAGLE-3)."""
+def random_head(target, draft_ids: list[int], seed: int = 0, sharpness: float = 4.0, layers: tuple[int, ...] = (),
+                draft_layers: int = 1) -> EagleHead:
+    """layers: () reads the last layer (EAGLE-1); several fuse their outputs (EAGLE-3). draft_layers: the head's own."""
     torch.manual_seed(seed)
-    head = EagleHead(target, HeadConfig.for_target(target, "tiny", len(draft_ids), layers), torch.tensor(draft_ids))
+    config = HeadConfig.for_target(target, "tiny", len(draft_ids), layers, draft_layers)
+    head = EagleHead(target, config, torch.tensor(draft_ids))
     with torch.no_grad():  # a random head with opinions: q far from uniform, so rejections happen
         head.fc.weight.mul_(sharpness)
     return head.eval()
@@ -51,7 +53,13 @@ def fused_head(target):
     return random_head(target, DRAFT_IDS, layers=(0, 1))
 
 
-@pytest.fixture(params=["head", "fused_head"])
+@pytest.fixture(scope="module")
+def deep_head(target):
+    """Two decoder layers of its own, each with its entries in the head's cache."""
+    return random_head(target, DRAFT_IDS, draft_layers=2)
+
+
+@pytest.fixture(params=["head", "fused_head", "deep_head"])
 def any_head(request):
     return request.getfixturevalue(request.param)
 
@@ -190,10 +198,11 @@ def small_target():
     return tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
 
 
-@pytest.fixture(scope="module", params=[(), (0, 1)], ids=["last layer", "fused layers"])
+@pytest.fixture(scope="module", params=[((), 1), ((0, 1), 1), ((), 2)], ids=["last layer", "fused layers", "two layers"])
 def small_head(small_target, request):
     # q is zero for tokens 5, 6 and 7, which the target can still emit (through the residual).
-    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0, layers=request.param)
+    layers, draft_layers = request.param
+    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0, layers=layers, draft_layers=draft_layers)
 
 
 def head_sample_counts(target, head, runs: int) -> tuple[list[int], list[int]]:
@@ -283,3 +292,16 @@ def test_a_head_file_for_another_feature_layout_is_refused(target, fused_head, t
         load_head(tmp_path / "h", target)
     (tmp_path / "h" / "config.json").write_text(json.dumps(config))
     assert load_head(tmp_path / "h", target).config.layers == (0, 1)
+
+
+def test_a_head_file_whose_config_and_weights_disagree_on_its_depth_is_refused(target, head, deep_head, tmp_path):
+    """A one-layer file whose config asks for two, a two-layer file whose config says one, and depths no head has."""
+    for saved, claimed, message in ((head, 2, "does not fit its own config"), (deep_head, 1, "does not fit its own config"),
+                                    (head, 0, "decoder layers"), (head, 99, "decoder layers")):
+        save_head(saved, tmp_path / "h")
+        config = json.loads((tmp_path / "h" / "config.json").read_text())
+        (tmp_path / "h" / "config.json").write_text(json.dumps({**config, "draft_layers": claimed}))
+        with pytest.raises(ModelLoadError, match=message):
+            load_head(tmp_path / "h", target)
+    save_head(deep_head, tmp_path / "h")
+    assert load_head(tmp_path / "h", target).config.draft_layers == 2

@@ -162,16 +162,24 @@ def fused_head(target):
     return random_head(target, list(range(VOCAB)), seed=3, sharpness=4.0, layers=(0, 1))
 
 
+@pytest.fixture(scope="module")
+def deep_head(target):
+    """Two decoder layers of its own: a tree level runs both over the level's nodes."""
+    return random_head(target, list(range(VOCAB)), seed=3, sharpness=4.0, draft_layers=2)
+
+
+@pytest.mark.parametrize("heads", ["fused_head", "deep_head"])
 @pytest.mark.parametrize("k", [2, 4])
-def test_greedy_tree_of_a_fused_head_equals_plain_decoding(target, fused_head, k):
+def test_greedy_tree_of_a_fused_or_deeper_head_equals_plain_decoding(target, heads, k, request):
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
-    events = list(speculative(target, EagleDrafter(fused_head, tree=TreeShape(width=3, longest=8)), PROMPT, config, DraftConfig(k=k)))
+    drafter = EagleDrafter(request.getfixturevalue(heads), tree=TreeShape(width=3, longest=8))
+    events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=k)))
     assert generated_tokens(events) == plain
     assert any(isinstance(e, SpecStep) and not e.is_chain for e in events)
 
 
-@pytest.mark.parametrize("heads", ["head", "fused_head"])
+@pytest.mark.parametrize("heads", ["head", "fused_head", "deep_head"])
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, heads, adaptive, request):
     head = request.getfixturevalue(heads)
