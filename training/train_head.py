@@ -162,8 +162,9 @@ def layers_of(settings: Settings) -> tuple[int, ...]:
 
 
 def check_layout(target: PreTrainedModel, settings: Settings) -> None:
-    """A feature layout no head could be loaded with is refused before any data or training, not after."""
-    HeadConfig.for_target(target, "", settings.draft_vocab, layers_of(settings)).check_layout(f"--feature-layers {settings.feature_layers}")
+    """A feature layout or depth no head could be loaded with is refused before any data or training, not after."""
+    config = HeadConfig.for_target(target, "", settings.draft_vocab, layers_of(settings), settings.draft_layers)
+    config.check_target(target, f"--feature-layers {settings.feature_layers!r} --draft-layers {settings.draft_layers}")
 
 
 def training_dtype(settings: Settings, device: torch.device) -> torch.dtype:

@@ -4,9 +4,9 @@ The head is one decoder layer of the target's own architecture (transformers' Ll
 with the target's config), or a few stacked (`draft_layers` in its config). At position j it
 reads fc([embedding of token j+1, feature f_j]) and predicts f_{j+1}, the target's last hidden state
 (before its final norm); the target's own frozen final norm and lm_head turn that prediction into
-logits. The lm_head is cut to the draft vocabulary, the N tokens the target emits most often (FR-Spec, arXiv 2502.14856), because its
-cost grows with the rows it scores: q is then zero outside the draft vocabulary, still a proper
-distribution over target ids, so the acceptance rule stays exact.
+logits. The lm_head is cut to the draft vocabulary, the N tokens the target emits most often
+(FR-Spec, arXiv 2502.14856), because its cost grows with the rows it scores: q is then zero outside
+the draft vocabulary, still a proper distribution over target ids, so the acceptance rule stays exact.
 
 Drafting k tokens runs the layers k times on the head's own KV cache: the first pass reads the
 target's real features, the next ones the head's own predicted feature (EAGLE's chain). The
@@ -59,8 +59,8 @@ CURVE_NAME = "learning_curve.json"  # written by training/, shown by the app's e
 AGREEMENT_NAME = "agreement.json"  # written by `bench --agreement --save-beside`, quoted by the app's explainer
 
 
-# A config asking for more is refused before its layers are allocated: each costs a target layer's time per draft
-# token, and a head of SmolLM2-135M's 30 layers' size would draft no cheaper than the target.
+# Each layer adds about a target layer's work to every draft token, so a useful head has a few; a config asking for
+# more is refused before its layers are allocated (a damaged file could ask for thousands).
 MAX_DRAFT_LAYERS = 4
 EAGLE1 = "eagle1-llama-decoder-layer"  # reads the target's last layer
 EAGLE3_FUSED = "eagle3-fused-features-llama-decoder-layer"  # reads several layers through `fuse`

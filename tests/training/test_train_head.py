@@ -126,10 +126,13 @@ def test_serving_drafts_what_training_teaches_for_both_feature_layouts():
         assert len(set(served)) > 1
 
 
-def test_a_feature_layout_no_head_could_load_is_refused_before_training(tmp_path):
+def test_a_feature_layout_or_depth_no_head_could_load_is_refused_before_training(tmp_path):
     for layers in ("1", "1,0", "0,0", "0,5"):
         with pytest.raises(ModelLoadError, match="feature layout"):
             main(["--smoke", "--feature-layers", layers, "--out", str(tmp_path / "head")])
+    for depth in ("0", "9"):
+        with pytest.raises(ModelLoadError, match="decoder layers"):
+            main(["--smoke", "--draft-layers", depth, "--out", str(tmp_path / "head")])
     assert not (tmp_path / "head").exists()
 
 
