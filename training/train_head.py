@@ -82,7 +82,7 @@ class Settings:
     seed: int = 0
     evals_per_epoch: int = 4
     depth_decay: float = 1.0  # depth s's loss weighs depth_decay ** (s - 1) (EAGLE-3: 0.8); 1.0: all depths alike
-    draft_layers: int = 1  # the head's decoder layers; an --init head with fewer is deepened (deepened)
+    draft_layers: int = 1  # the head's decoder layers; an --init head with fewer gains them (see deepened)
 
 
 # ---- data ------------------------------------------------------------------------------------------
