@@ -9,8 +9,8 @@ with AVX-512 BF16 (SmolLM2-135M, one forward pass, medians):
     (MKL here: F.linear for 1 and 17 rows, W @ x^T for 5)
 
 Other CPUs differ (an AVX2-only EPYC has no oneDNN bfloat16 at all), so nothing here decides by
-those numbers: tuning.py times PACKED against STOCK on the running machine, for one token and for
-several, and applies the faster with a KernelPlan; the app and bench state what it measured.
+those numbers: tuning.py times PACKED against STOCK on the running machine, for 1 to 5 tokens,
+and applies the faster by width with a KernelPlan; the app and bench state what it measured.
 
 The weight is reordered once into oneDNN's blocked layout, as torch.compile's CPU "freezing" pass
 does; calling the same two ops directly avoids compiling a model whose cache length changes every
@@ -98,25 +98,51 @@ def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
 
 @dataclass(frozen=True, slots=True)
 class KernelPlan:
-    """Which kernel a model's linears use, for one row (a decode step) and for several (a verification
-    pass): PACKED (oneDNN, prepacked) or STOCK (F.linear). tuning.py picks it by timing both."""
+    """Which kernel a model's linears use by the number of rows a pass computes: PACKED (oneDNN, prepacked)
+    or STOCK (F.linear). tuning.py picks each by timing both."""
 
-    single: str = PACKED
-    wide: str = PACKED
+    single: str = PACKED  # one row: a decode step
+    wide: str = PACKED  # more rows than `narrow` covers: a verification pass
     # Row counts computed one row wider, because here a pass over them cost more than over one row more: on the
     # 2-core AVX-512 EPYC, oneDNN's float32 kernel for 2 rows made a 2-token pass 1.12-1.2x a 3-token one (in the
     # model 231 against 195 us a linear call; a lone linear with its weight in cache shows no such step), so k = 1
     # drafts and probes cost more than k = 3. tuning.py finds them from the measured curve; the padded row's output
     # is dropped.
     padded_rows: tuple[int, ...] = ()
+    # The kernel for 2, 3, ... rows, where it is not `wide`'s: on the 2-core Intel Xeon with AMX, MKL's (STOCK)
+    # passes over 1-3 rows cost about the same (44.8, 45.2, 47.8 ms) and oneDNN's 53-56 ms, while from 4 rows on
+    # MKL changes kernel and oneDNN is faster (60 against 66 ms). One kernel for every width past one row made a
+    # one-token draft's check cost 19% more than a plain step there, instead of 1%.
+    narrow: tuple[str, ...] = ()
+
+    def kernel(self, rows: int) -> str:
+        if rows <= 1:
+            return self.single
+        return self.narrow[rows - 2] if rows - 2 < len(self.narrow) else self.wide
+
+    def describe(self, widest: int) -> str:
+        """'stock for 1-3 tokens, packed for 4-17': the kernel by width, up to widest."""
+        runs: list[list] = []  # [kernel, first width, last width]
+        for rows in range(1, widest + 1):
+            if runs and runs[-1][0] == self.kernel(rows):
+                runs[-1][2] = rows
+            else:
+                runs.append([self.kernel(rows), rows, rows])
+        spans = [f"{kernel} for {first}" + (f"-{last}" if last > first else "") + (" token" if last == 1 else " tokens")
+                 for kernel, first, last in runs]
+        return ", ".join(spans) + "".join(f", {n} rows computed as {n + 1}" for n in self.padded_rows)
+
+    @property
+    def kernels(self) -> set[str]:
+        return {self.single, self.wide, *self.narrow}
 
     @property
     def packs(self) -> bool:
-        return PACKED in (self.single, self.wide)
+        return PACKED in self.kernels
 
     @property
     def needs_dense(self) -> bool:
-        return STOCK in (self.single, self.wide)
+        return STOCK in self.kernels
 
 
 # module -> its plan; modules without one use PACKED wherever oneDNN supports their dtype
@@ -137,8 +163,8 @@ def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     rows = x.numel() // x.shape[-1]
     if rows in plan.padded_rows:  # the rows of every batch row together, as the kernel sees them
         flat = x.reshape(rows, x.shape[-1])
-        return _linear(self, torch.cat([flat, flat[-1:]]), plan.wide)[:rows].reshape(*x.shape[:-1], -1)
-    return _linear(self, x, plan.single if rows == 1 else plan.wide)
+        return _linear(self, torch.cat([flat, flat[-1:]]), plan.kernel(rows + 1))[:rows].reshape(*x.shape[:-1], -1)
+    return _linear(self, x, plan.kernel(rows))
 
 
 def _linear(self: torch.nn.Linear, x: torch.Tensor, kernel: str) -> torch.Tensor:

@@ -41,6 +41,9 @@ CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of
 # 1.12 behind 160 tokens, 1.33 behind 1,200), and a tree sized by the short curve lost to the chain on long prompts.
 LONG_CONTEXT_TOKENS = 1024
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
+# Kernels are timed for passes over 1..KERNEL_WIDTHS tokens; the widest one's serves every wider pass. Libraries
+# change kernel at a few rows (MKL past 3 on the Intel Xeon with AMX, oneDNN at 2 on the AVX-512 EPYC).
+KERNEL_WIDTHS = 5
 PADDING_GAIN = 1.05  # a width is computed one row wider (KernelPlan.padded_rows) where that pass is this much cheaper
 
 
@@ -236,7 +239,7 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     dtype = next(model.parameters()).dtype
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
                 "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
-                "plan": "kernels and padded rows"}
+                "plan": "kernels by width and padded rows"}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
@@ -255,14 +258,14 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
             long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS))
             # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
             long_curve = [max(s, t) for s, t in zip(short, long)]
-        return {"kernels": kernels, "plan": [plan.single, plan.wide, list(plan.padded_rows)], "curve": short, "long_curve": long_curve}
+        plan_fields = [plan.single, plan.wide, list(plan.padded_rows), list(plan.narrow)]
+        return {"kernels": kernels, "plan": plan_fields, "curve": short, "long_curve": long_curve}
 
     result, from_disk = cached("target", identity, measure)
-    single, wide, padded = result["plan"]
-    plan = KernelPlan(single, wide, tuple(padded))
+    single, wide, padded, narrow = result["plan"]
+    plan = KernelPlan(single, wide, tuple(padded), tuple(narrow))
     set_kernel_plan(model, plan)
-    padding = "".join(f", {n} rows computed as {n + 1}" for n in plan.padded_rows)
-    choice = Choice("target linears", f"{plan.single} for 1 token, {plan.wide} for 2-{LONGEST_VERIFICATION}{padding}", result["kernels"],
+    choice = Choice("target linears", plan.describe(LONGEST_VERIFICATION), result["kernels"],
                     "read from the tuning cache" if from_disk else "measured now")
     long_curve = result.get("long_curve")
     tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))
@@ -277,13 +280,14 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
 
 
 def _time_kernels(model: PreTrainedModel) -> dict[str, float]:
-    """Median seconds of a 1-token and a 5-token pass with each kernel everywhere. The kernels take
+    """Median seconds of a pass over 1..KERNEL_WIDTHS tokens with each kernel everywhere. The kernels take
     turns within every repeat, so that a busy moment of a shared machine hits both alike."""
     times: dict[str, list[float]] = {}
+    widths = range(1, KERNEL_WIDTHS + 1)
     for _ in range(REPEATS):
         for kernel in (PACKED, STOCK):
             set_kernel_plan(model, KernelPlan(kernel, kernel))
-            for width, t in zip((1, 5), _time_widths(model, (1, 5), 1)):
+            for width, t in zip(widths, _time_widths(model, widths, 1)):
                 times.setdefault(f"{kernel} x{width}", []).append(t)
     return {name: statistics.median(values) for name, values in times.items()}
 
@@ -295,12 +299,17 @@ def _padded_rows(seconds: list[float]) -> tuple[int, ...]:
 
 
 def _plan_from(kernels: dict[str, float]) -> KernelPlan:
-    """The faster kernel per width; STOCK where nothing was timed (no oneDNN, or not a CPU)."""
+    """The faster kernel per width timed, the widest's for every wider pass; STOCK where nothing was timed
+    (no oneDNN, or not a CPU)."""
     def best(width: int) -> str:
         timed = {k: kernels[f"{k} x{width}"] for k in (PACKED, STOCK) if f"{k} x{width}" in kernels}
         return min(timed, key=timed.__getitem__) if timed else STOCK
 
-    return KernelPlan(best(1), best(5))
+    wide = best(KERNEL_WIDTHS)
+    narrow = [best(width) for width in range(2, KERNEL_WIDTHS)]
+    while narrow and narrow[-1] == wide:  # only what differs from the wide kernel
+        narrow.pop()
+    return KernelPlan(best(1), wide, (), tuple(narrow))
 
 
 @torch.inference_mode()

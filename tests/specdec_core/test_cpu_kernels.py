@@ -41,7 +41,8 @@ IDS = torch.tensor([[1, 5, 7, 3, 9]])
 @pytest.mark.parametrize("rows", [1, 2, 5, 17, 80])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("plan", [KernelPlan(), KernelPlan(STOCK, STOCK), KernelPlan(PACKED, STOCK), KernelPlan(STOCK, PACKED),
-                                  KernelPlan(PACKED, PACKED, (2,)), KernelPlan(STOCK, STOCK, (2, 5))])
+                                  KernelPlan(PACKED, PACKED, (2,)), KernelPlan(STOCK, STOCK, (2, 5)),
+                                  KernelPlan(STOCK, PACKED, (), (STOCK, STOCK)), KernelPlan(PACKED, PACKED, (3,), (STOCK, PACKED, STOCK))])
 def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     stock = linear(bias)
     patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
@@ -63,6 +64,19 @@ def test_padded_rows_are_computed_one_row_wider_and_give_the_same_rows(cpu_path,
         x = torch.randn(shape)
         torch.testing.assert_close(patched(x), stock(x))
     assert computed == [1, 3, 3, 3, 3]
+
+
+def test_each_row_count_runs_the_kernel_its_plan_names(cpu_path, monkeypatch):
+    stock = linear()
+    patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
+    set_kernel_plan(patched, KernelPlan(PACKED, STOCK, (3,), (STOCK, PACKED, PACKED)))
+    used = []
+    real = cpu_kernels._linear
+    monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: used.append((x.shape[-2], kernel)) or real(module, x, kernel))
+    for rows in range(1, 7):
+        x = torch.randn(1, rows, 24)
+        torch.testing.assert_close(patched(x), stock(x))
+    assert used == [(1, PACKED), (2, STOCK), (4, PACKED), (4, PACKED), (5, STOCK), (6, STOCK)]  # 3 rows computed as 4
 
 
 def test_forced_avx2_path_turns_off_onednn_bfloat16_only(cpu_path):
@@ -112,9 +126,10 @@ def test_released_dense_weights_keep_outputs_and_tied_weights(dtype, cpu_path):
             model.to(other)(IDS)
 
 
-def test_a_plan_that_reads_dense_weights_keeps_them(cpu_path):
+@pytest.mark.parametrize("plan", [KernelPlan(PACKED, STOCK), KernelPlan(PACKED, PACKED, (), (STOCK,))])
+def test_a_plan_that_reads_dense_weights_keeps_them(plan, cpu_path):
     model = speed_up_linears(tiny_tied_llama())
-    set_kernel_plan(model, KernelPlan(PACKED, STOCK))
+    set_kernel_plan(model, plan)
     with torch.no_grad():
         before = model(IDS).logits
         release_dense_weights(model)

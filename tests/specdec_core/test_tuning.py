@@ -55,9 +55,19 @@ def test_step_costs_count_verification_at_the_context_and_c_in_that_context_s_pa
     assert far.step(3, 2) == pytest.approx(1.6 + 2 * 0.1) and far.step(1, 0) == 1.0
 
 
+def timings(packed: list[float], stock: list[float]) -> dict[str, float]:
+    return {f"{kernel} x{width}": s for kernel, row in (("packed", packed), ("stock", stock)) for width, s in enumerate(row, 1)}
+
+
 def test_plan_takes_the_faster_kernel_per_width():
-    timed = {"packed x1": 0.05, "stock x1": 0.06, "packed x5": 0.09, "stock x5": 0.07}
-    assert _plan_from(timed) == KernelPlan(PACKED, STOCK)
+    assert _plan_from(timings([0.05, 0.08, 0.08, 0.08, 0.09], [0.06, 0.07, 0.07, 0.07, 0.07])) == KernelPlan(PACKED, STOCK)
+    # The Intel Xeon with AMX: MKL's kernel is flat up to 3 rows, oneDNN's faster from 4
+    xeon = _plan_from(timings([0.053, 0.056, 0.056, 0.060, 0.059], [0.045, 0.045, 0.048, 0.066, 0.068]))
+    assert xeon == KernelPlan(STOCK, PACKED, (), (STOCK, STOCK))
+    assert [xeon.kernel(rows) for rows in range(1, 8)] == [STOCK, STOCK, STOCK, PACKED, PACKED, PACKED, PACKED]
+    assert xeon.describe(17) == "stock for 1-3 tokens, packed for 4-17 tokens"
+    # a width between two of the wide kernel's keeps its own
+    assert _plan_from(timings([0.05, 0.07, 0.05, 0.05, 0.05], [0.06, 0.06, 0.06, 0.06, 0.06])).narrow == (STOCK,)
     assert _plan_from({}) == KernelPlan(STOCK, STOCK)  # nothing timed: no oneDNN, or not a CPU
 
 
@@ -81,7 +91,8 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
     first = tune_target(model, "tiny")
     assert len(first.curve.seconds) == tuning.LONGEST_VERIFICATION
     assert first.curve.ratio(1) == 1.0 and first.curve.ratios == sorted(first.curve.ratios)
-    assert first.kernels.note == "measured now" and set(first.kernels.seconds) == {"packed x1", "packed x5", "stock x1", "stock x5"}
+    timed = {f"{kernel} x{width}" for kernel in ("packed", "stock") for width in range(1, tuning.KERNEL_WIDTHS + 1)}
+    assert first.kernels.note == "measured now" and set(first.kernels.seconds) == timed
     assert cost_curve(model) is first.curve
     [saved] = list(tmp_path.glob("target-*.json"))
     assert json.loads(saved.read_text())["machine"]["avx2_forced"] == (cpu_path == "avx2")
