@@ -91,3 +91,4 @@ def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, 
     page.wait_for_selector("#cost-curve [data-testid='plotly']", timeout=30_000)
     costs = page.locator("#machine-costs").inner_text()
     assert "Measured on this machine" in costs and "T(5)/T(1)" in costs and "c = " in costs
+    assert costs.count("target linears") == 1 and "target linears: " in costs and " for 1" in costs  # the kernel by width
