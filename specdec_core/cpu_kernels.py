@@ -25,6 +25,7 @@ trains through stock nn.Linear, see training/train_head.py).
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import types
 import warnings
@@ -122,14 +123,11 @@ class KernelPlan:
 
     def describe(self, widest: int) -> str:
         """'stock for 1-3 tokens, packed for 4-17': the kernel by width, up to widest."""
-        runs: list[list] = []  # [kernel, first width, last width]
-        for rows in range(1, widest + 1):
-            if runs and runs[-1][0] == self.kernel(rows):
-                runs[-1][2] = rows
-            else:
-                runs.append([self.kernel(rows), rows, rows])
-        spans = [f"{kernel} for {first}" + (f"-{last}" if last > first else "") + (" token" if last == 1 else " tokens")
-                 for kernel, first, last in runs]
+        spans = []
+        for kernel, run in itertools.groupby(range(1, widest + 1), key=self.kernel):
+            widths = list(run)
+            span = f"{widths[0]}-{widths[-1]}" if len(widths) > 1 else f"{widths[0]}"
+            spans.append(f"{kernel} for {span} token{'' if widths[-1] == 1 else 's'}")
         return ", ".join(spans) + "".join(f", {n} rows computed as {n + 1}" for n in self.padded_rows)
 
     @property

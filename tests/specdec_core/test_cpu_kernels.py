@@ -52,31 +52,34 @@ def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     torch.testing.assert_close(patched(x), stock(x))
 
 
-def test_padded_rows_are_computed_one_row_wider_and_give_the_same_rows(cpu_path, monkeypatch):
+@pytest.fixture
+def kernel_calls(monkeypatch) -> list[tuple[int, str]]:
+    """(rows, kernel) of every call the patched linears make, as the kernel sees them."""
+    calls = []
+    real = cpu_kernels._linear
+    monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: calls.append((x.shape[-2], kernel)) or real(module, x, kernel))
+    return calls
+
+
+def test_padded_rows_are_computed_one_row_wider_and_give_the_same_rows(cpu_path, kernel_calls):
     stock = linear()
     patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
     set_kernel_plan(patched, KernelPlan(PACKED, PACKED, (2,)))
     release_dense_weights(patched)  # as the served target: its packed weights only
-    computed = []
-    real = cpu_kernels._linear
-    monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: computed.append(x.shape[-2]) or real(module, x, kernel))
     for shape in ((1, 1, 24), (1, 2, 24), (1, 3, 24), (2, 1, 24), (2, 24)):  # a batch of two one-token rows too
         x = torch.randn(shape)
         torch.testing.assert_close(patched(x), stock(x))
-    assert computed == [1, 3, 3, 3, 3]
+    assert [rows for rows, _ in kernel_calls] == [1, 3, 3, 3, 3]
 
 
-def test_each_row_count_runs_the_kernel_its_plan_names(cpu_path, monkeypatch):
+def test_each_row_count_runs_the_kernel_its_plan_names(cpu_path, kernel_calls):
     stock = linear()
     patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
     set_kernel_plan(patched, KernelPlan(PACKED, STOCK, (3,), (STOCK, PACKED, PACKED)))
-    used = []
-    real = cpu_kernels._linear
-    monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: used.append((x.shape[-2], kernel)) or real(module, x, kernel))
     for rows in range(1, 7):
         x = torch.randn(1, rows, 24)
         torch.testing.assert_close(patched(x), stock(x))
-    assert used == [(1, PACKED), (2, STOCK), (4, PACKED), (4, PACKED), (5, STOCK), (6, STOCK)]  # 3 rows computed as 4
+    assert kernel_calls == [(1, PACKED), (2, STOCK), (4, PACKED), (4, PACKED), (5, STOCK), (6, STOCK)]  # 3 rows computed as 4
 
 
 def test_forced_avx2_path_turns_off_onednn_bfloat16_only(cpu_path):
