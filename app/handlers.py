@@ -126,7 +126,8 @@ def machine_view(last: dict | None) -> tuple[str, object]:
     curve = tuning.curve
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
-        f"- {tuning.kernels.describe()}",  # "target linears: <the plan> (<each timing>)"
+        f"- {tuning.kernels.part}: {tuning.kernels.chosen} ({tuning.kernels.note})",
+        *views.kernel_table(tuning),
         f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; {curve.describe()}",
     ]
     if curve.long_seconds is not None:  # trees, the hybrid and the adaptive k read the curve at each step's context

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 # Drafts up to MEASURED_DRAFT_TOKENS are priced from passes measured on the machine (tuning.py's curve covers
 # 1..MEASURED_DRAFT_TOKENS + 1 tokens); the adaptive k, the trees and the app's k stay within it. A fixed k asked
-# through the API may go to MAX_DRAFT_TOKENS: wider passes are priced along the curve's last measured step.
+# through the API may go to MAX_DRAFT_TOKENS: wider passes are priced along the mean step of the curve's upper half.
 MEASURED_DRAFT_TOKENS = 16
 MAX_DRAFT_TOKENS = 32
 MAX_NEW_TOKENS = int(os.environ.get("SPECDEC_MAX_NEW_TOKENS", "256"))

@@ -6,7 +6,8 @@ import plotly.graph_objects as go
 import pytest
 
 from specdec_core import expected_speedup
-from specdec_core.tuning import CostCurve
+from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
+from specdec_core.tuning import KERNEL_WIDTHS, Choice, CostCurve, TargetTuning, kernel_key
 
 from app import charts, views
 from app.race import PLAIN, SPEC, Race, interleave
@@ -204,3 +205,16 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
     shipped_text = head_intro(shipped_curve, shipped, shipped_runs)
     assert re.search(r"\d\.\d\dM answer tokens seen over \d+ epochs \(\d+ over `data/draft-corpus`", shipped_text)
     assert f"{weakest[0]:.0%} ({weakest[1].replace('_', ' ')})" in shipped_text
+
+
+def test_kernel_table_times_each_width_and_bolds_the_kernel_its_plan_runs():
+    plan = KernelPlan(STOCK, PACKED, (), (STOCK, STOCK))  # the Intel Xeon's: stock for 1-3 tokens, packed from 4
+    seconds = {kernel_key(kernel, width): (0.040 if kernel == STOCK else 0.050) + width / 1000
+               for kernel in (PACKED, STOCK) for width in range(1, KERNEL_WIDTHS + 1)}
+    tuning = TargetTuning(plan, Choice("target linears", plan.describe(17), seconds), CostCurve((0.04,)))
+    rows = [row for row in views.kernel_table(tuning) if row.startswith("| ") and row[2].isdigit()]
+    assert len(rows) == KERNEL_WIDTHS
+    bold = [re.findall(r"\*\*([\d.]+) ms\*\*", row) for row in rows]
+    assert bold == [["41.0"], ["42.0"], ["43.0"], ["54.0"], ["55.0"]]  # the stock column for 1-3, packed for 4-5
+    nothing_timed = TargetTuning(KernelPlan(), Choice("target linears", "packed", {}), CostCurve((0.04,)))
+    assert views.kernel_table(nothing_timed) == []

@@ -24,12 +24,15 @@ def test_non_decreasing_fit_pools_dips_and_keeps_rising_values():
     assert fitted == sorted(fitted) and sum(fitted) == pytest.approx(8.9)  # least squares keeps the mean
 
 
-def test_cost_curve_ratios_start_at_one_and_go_on_along_the_last_step_past_the_widest():
+def test_cost_curve_ratios_start_at_one_and_go_on_along_the_upper_half_s_mean_step_past_the_widest():
     curve = CostCurve((0.05, 0.06, 0.08))
     assert curve.ratio(1) == 1.0 and curve.ratio(3) == pytest.approx(1.6)
-    assert curve.ratio(5) == pytest.approx((0.08 + 2 * 0.02) / 0.05)  # a pass wider than any measured is dearer still
+    assert curve.ratio(5) == pytest.approx((0.08 + 2 * 0.015) / 0.05)  # a pass wider than any measured is dearer still
     assert CostCurve((0.05,)).ratio(9) == 1.0
-    assert curve.describe() == f"T(5)/T(1) = 2.40, T(9)/T(1) = 4.00, T({tuning.LONGEST_VERIFICATION})/T(1) = {curve.ratio(17):.2f}"
+    # A flat top, as the non-decreasing fit pools a noisy one, still rises past the widest: along T(3) to T(6).
+    pooled = CostCurve((0.05, 0.06, 0.08, 0.10, 0.10, 0.10))
+    assert pooled.ratio(8) == pytest.approx((0.10 + 2 * 0.02 / 3) / 0.05)
+    assert curve.describe() == f"T(5)/T(1) = 2.20, T(9)/T(1) = 3.40, T({tuning.LONGEST_VERIFICATION})/T(1) = {curve.ratio(17):.2f}"
 
 
 def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_one_and_beyond():
@@ -99,6 +102,15 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
     again = tune_target(tiny_llama(seed=3), "tiny")
     assert again.kernels.note == "read from the tuning cache" and again.curve == first.curve and again.plan == first.plan
     assert first.curve.long_seconds is None  # its window cannot hold the long context
+
+
+def test_each_timed_one_token_pass_follows_untimed_ones_as_in_plain_decoding(monkeypatch):
+    widths_run = []
+    real = tuning.run_pass
+    monkeypatch.setattr(tuning, "run_pass", lambda model, ids, cache, **kw: widths_run.append(ids.shape[1]) or real(model, ids, cache, **kw))
+    tuning._time_widths(tiny_llama(seed=3), range(1, 4), repeats=2)
+    timed_rounds = widths_run[1 + 3 :]  # after the context's pass and one warm-up pass per width
+    assert timed_rounds == ([1] * (tuning.SETTLING_PASSES + 1) + [2, 3]) * 2
 
 
 def test_target_tuning_measures_behind_a_long_context_where_the_window_holds_one(tmp_path, monkeypatch):
