@@ -104,15 +104,6 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
     assert first.curve.long_seconds is None  # its window cannot hold the long context
 
 
-def test_each_timed_one_token_pass_follows_untimed_ones_as_in_plain_decoding(monkeypatch):
-    widths_run = []
-    real = tuning.run_pass
-    monkeypatch.setattr(tuning, "run_pass", lambda model, ids, cache, **kw: widths_run.append(ids.shape[1]) or real(model, ids, cache, **kw))
-    tuning._time_widths(tiny_llama(seed=3), range(1, 4), repeats=2)
-    timed_rounds = widths_run[1 + 3 :]  # after the context's pass and one warm-up pass per width
-    assert timed_rounds == ([1] * (tuning.SETTLING_PASSES + 1) + [2, 3]) * 2
-
-
 def test_target_tuning_measures_behind_a_long_context_where_the_window_holds_one(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
     model = tiny_llama(seed=3, window=2048)
