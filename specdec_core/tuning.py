@@ -345,8 +345,9 @@ def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: i
     times: dict[int, list[float]] = {n: [] for n in widths}
     # Known bias, kept for now: T(1), timed right after the round's widest pass, reads 10-20% above a plain decoding
     # step on the Intel Xeon with AMX, so wider passes look that much cheaper. Timed after untimed one-token passes it
-    # reads as decoding, but the head's adaptive k then drafted less and ran 3% slower (paired, training prompts;
-    # bench/RESULTS.md, session 35): the schedule's model must change with it.
+    # reads as decoding, but the head's adaptive k then ran 3% slower with one such curve and 3% faster with another
+    # (paired, training prompts; T(3)/T(1) 1.19 and 1.06): its k hangs on that noise (bench/RESULTS.md, session 35),
+    # which a change here has to settle first (more repeats of the narrow widths).
     for _ in range(repeats):
         for n in widths:
             times[n].append(one_pass(n))
