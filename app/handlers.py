@@ -126,7 +126,7 @@ def machine_view(last: dict | None) -> tuple[str, object]:
     curve = tuning.curve
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
-        f"- {tuning.kernels.part}: {tuning.kernels.chosen} ({tuning.kernels.note})",
+        f"- {tuning.kernels.describe(timings=False)}",  # the timings follow as a table by width
         *views.kernel_table(tuning),
         f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; {curve.describe()}",
     ]

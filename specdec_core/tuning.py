@@ -115,9 +115,10 @@ class Choice:
     seconds: dict[str, float]
     note: str = ""
 
-    def describe(self) -> str:
-        timings = ", ".join(f"{name} {1000 * s:.2f} ms" for name, s in sorted(self.seconds.items(), key=lambda kv: kv[1]))
-        return f"{self.part}: {self.chosen} ({timings}){'; ' + self.note if self.note else ''}"
+    def describe(self, timings: bool = True) -> str:
+        """"part: chosen (each timing, fastest first); note"; without the timings where a view shows them otherwise."""
+        listed = ", ".join(f"{name} {1000 * s:.2f} ms" for name, s in sorted(self.seconds.items(), key=lambda kv: kv[1]))
+        return f"{self.part}: {self.chosen}{f' ({listed})' if timings else ''}{'; ' + self.note if self.note else ''}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import torch
 from specdec_core import tuning
 from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
 from specdec_core.machine import ISA_FLAGS, this_machine
-from specdec_core.tuning import CostCurve, _non_decreasing, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
+from specdec_core.tuning import Choice, CostCurve, _non_decreasing, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
 from tests.conftest import tiny_llama
 
 
@@ -72,6 +72,12 @@ def test_plan_takes_the_faster_kernel_per_width():
     # a width between two of the wide kernel's keeps its own
     assert _plan_from(timings([0.05, 0.07, 0.05, 0.05, 0.05], [0.06, 0.06, 0.06, 0.06, 0.06])).narrow == (STOCK,)
     assert _plan_from({}) == KernelPlan(STOCK, STOCK)  # nothing timed: no oneDNN, or not a CPU
+
+
+def test_a_choice_lists_its_timings_fastest_first_unless_a_view_shows_them_otherwise():
+    choice = Choice("target linears", "stock for 1-3 tokens", {"packed x1": 0.050, "stock x1": 0.044}, "measured now")
+    assert choice.describe() == "target linears: stock for 1-3 tokens (stock x1 44.00 ms, packed x1 50.00 ms); measured now"
+    assert choice.describe(timings=False) == "target linears: stock for 1-3 tokens; measured now"
 
 
 def test_a_width_dearer_than_one_row_wider_is_padded():
