@@ -13,6 +13,7 @@ Fusing: q, k and v read the same input, as do gate and up; one product over the 
 reads the same bytes in fewer, larger kernel calls (measured on a 2-core AMD EPYC, the 30 layers'
 products: 31.7 -> 22.3 ms per token with oneDNN's packed kernels), and every output element is the
 same dot product as before. The fused layers replace the separate ones, so a fused model runs only here.
+The EAGLE head's decoder layers, served, take the same fusion and lean_layer (drafters/eagle.py).
 """
 
 from __future__ import annotations
@@ -57,18 +58,28 @@ def _stacked(parts: list[torch.nn.Linear]) -> torch.nn.Linear:
     return fused
 
 
-def fuse_projections(model: PreTrainedModel) -> bool:
-    """Replaces each layer's q/k/v and gate/up projections by one stacked Linear each (dense weights
-    needed: before cpu_kernels packs them); returns whether model now takes the lean pass."""
-    reason = lean_unsupported(model)
-    if reason:
-        log.info("Lean forward pass not used for %s: %s; transformers' forward runs.", model.config.name_or_path, reason)
-        return False
-    for layer in model.model.layers:
+def fuse_layers(layers) -> None:
+    """Replaces each Llama decoder layer's q/k/v and gate/up projections by one stacked Linear each, in place
+    (dense weights needed: before cpu_kernels packs or quantizes them). The target's layers and the EAGLE
+    head's take the same fusion and then the same lean_layer."""
+    for layer in layers:
         attention, mlp = layer.self_attn, layer.mlp
         attention.qkv_proj = _stacked([attention.q_proj, attention.k_proj, attention.v_proj])
         mlp.gate_up_proj = _stacked([mlp.gate_proj, mlp.up_proj])
         del attention.q_proj, attention.k_proj, attention.v_proj, mlp.gate_proj, mlp.up_proj
+
+
+def is_fused(layer: torch.nn.Module) -> bool:
+    return hasattr(layer.self_attn, "qkv_proj")
+
+
+def fuse_projections(model: PreTrainedModel) -> bool:
+    """Fuses the model's layers (fuse_layers); returns whether model now takes the lean pass."""
+    reason = lean_unsupported(model)
+    if reason:
+        log.info("Lean forward pass not used for %s: %s; transformers' forward runs.", model.config.name_or_path, reason)
+        return False
+    fuse_layers(model.model.layers)
     model.forward = types.MethodType(_forward_refused, model)  # transformers' forward reads the removed layers
     return True
 
@@ -82,7 +93,7 @@ def _forward_refused(model: PreTrainedModel, *args, **kwargs):
 def is_lean(model: PreTrainedModel) -> bool:
     """Whether model's layers are fused (fuse_projections), itself or as a truncated copy sharing them."""
     layers = getattr(getattr(model, "model", None), "layers", None)
-    return bool(layers) and hasattr(layers[0].self_attn, "qkv_proj")
+    return bool(layers) and is_fused(layers[0])
 
 
 def run_pass(
@@ -130,25 +141,34 @@ def lean_forward(
     if attention_mask is None and new > 1 and cached:
         attention_mask = causal_mask(new, cached).to(input_ids.device)
     cos, sin = (table[:, None] for table in inner.rotary_emb(hidden, position_ids))
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     features = []
     for index, layer in enumerate(inner.layers):
-        attention, mlp = layer.self_attn, layer.mlp
-        qkv = attention.qkv_proj(layer.input_layernorm(hidden)).view(1, new, heads + 2 * kv_heads, head_dim).transpose(1, 2)
-        rotated = qkv[:, : heads + kv_heads]  # q and k take the same rotation: one set of ops for both
-        rotated = rotated * cos + rotate_half(rotated) * sin
-        keys, values = cache.update(rotated[:, heads:], qkv[:, heads + kv_heads :], index)
-        # Grouped heads inside the kernel, with or without a mask: transformers repeats the keys and values
-        # for a masked pass instead, the same numbers (tests) at twice the cost (~1.5 ms of a 5-token pass
-        # behind 160 tokens, ~15 ms behind 1,500; 2-core AMD EPYC).
-        out = F.scaled_dot_product_attention(rotated[:, :heads], keys, values, attn_mask=attention_mask,
-                                             scale=attention.scaling, is_causal=attention_mask is None and new > 1,
-                                             enable_gqa=True)
-        hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, new, -1))
-        gate, up = mlp.gate_up_proj(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
-        hidden = hidden + mlp.down_proj(mlp.act_fn(gate) * up)
+        hidden = lean_layer(layer, config, hidden, cos, sin, cache, index, attention_mask)
         if index in feature_layers:
             features.append(hidden)
     logits = model.lm_head(inner.norm(hidden[:, -logits_to_keep:]))
     return logits, torch.cat(features, dim=-1) if features else None
+
+
+def lean_layer(layer: torch.nn.Module, config, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: Cache,
+               index: int, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """One fused Llama decoder layer over hidden [1, T, H] (cos, sin: [1, 1, T, head_dim]; attention_mask:
+    bool or additive, [1, 1, T, cached + T], or None for causal), its keys and values appended to cache
+    entry `index`: transformers' ops in transformers' order, without its call machinery."""
+    attention, mlp = layer.self_attn, layer.mlp
+    new = hidden.shape[1]
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    qkv = attention.qkv_proj(layer.input_layernorm(hidden)).view(1, new, heads + 2 * kv_heads, head_dim).transpose(1, 2)
+    rotated = qkv[:, : heads + kv_heads]  # q and k take the same rotation: one set of ops for both
+    rotated = rotated * cos + rotate_half(rotated) * sin
+    keys, values = cache.update(rotated[:, heads:], qkv[:, heads + kv_heads :], index)
+    # Grouped heads inside the kernel, with or without a mask: transformers repeats the keys and values
+    # for a masked pass instead, the same numbers (tests) at twice the cost (~1.5 ms of a 5-token pass
+    # behind 160 tokens, ~15 ms behind 1,500; 2-core AMD EPYC).
+    out = F.scaled_dot_product_attention(rotated[:, :heads], keys, values, attn_mask=attention_mask,
+                                         scale=attention.scaling, is_causal=attention_mask is None and new > 1,
+                                         enable_gqa=True)
+    hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, new, -1))
+    gate, up = mlp.gate_up_proj(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
+    return hidden + mlp.down_proj(mlp.act_fn(gate) * up)

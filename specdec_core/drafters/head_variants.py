@@ -40,7 +40,7 @@ def fast_head(folder: Path, target: PreTrainedModel, target_source: str = "") ->
     builders = {name: functools.partial(head_variant, folder, target, name) for name in head_variants()}
     # a missing or broken head fails in load_head, with its message, when the first candidate is built
     identity = {"head": folder.name, "files": [f.stat().st_size for f in sorted(folder.glob("*")) if f.is_file()],
-                "target": target_source}
+                "target": target_source, "layers": "stacked projections, lean layer"}
     head, choice = choose_fastest("EAGLE head", identity, builders, head_draft_seconds)
     record_draft_pass(target_source, DRAFT_EAGLE_PREFIX + folder.name, choice.seconds[choice.chosen], choice.chosen)
     # A tree level runs the layer and the lm_head rows over several nodes, plus the tree's bookkeeping:
@@ -68,7 +68,7 @@ def head_variants() -> list[str]:
 
 def head_variant(folder: Path, target: PreTrainedModel, name: str) -> EagleHead:
     dtype, kernel = HEAD_VARIANTS[name]
-    head = load_head(folder, target, dtype)
+    head = load_head(folder, target, dtype).stack_projections()
     for part in (head, head.draft_lm_head):
         if kernel == INT8:
             quantize_linears_int8(part)

@@ -1,5 +1,6 @@
 """The EAGLE head drafter on tiny random models: losslessness, rollback, the id map, its files."""
 
+import copy
 import json
 
 import pytest
@@ -10,7 +11,7 @@ import specdec_core.kv_cache as kv_cache
 from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
 from specdec_core.acceptance import Verdict
 from specdec_core.cpu_kernels import PACKED
-from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
+from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, TreeShape, additive_mask, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
 from specdec_core.drafters.head_variants import HEAD_VARIANTS, fast_head, head_variant, head_variants
@@ -59,9 +60,43 @@ def deep_head(target):
     return random_head(target, DRAFT_IDS, draft_layers=2)
 
 
-@pytest.fixture(params=["head", "fused_head", "deep_head"])
+@pytest.fixture(scope="module")
+def stacked_head(deep_head):
+    """The two-layer head as served: each layer's projections stacked, run by the lean layer."""
+    return copy.deepcopy(deep_head).stack_projections()
+
+
+@pytest.fixture(params=["head", "fused_head", "deep_head", "stacked_head"])
 def any_head(request):
     return request.getfixturevalue(request.param)
+
+
+@pytest.mark.parametrize("name", ["head", "fused_head", "deep_head"])
+def test_stacked_projections_compute_what_the_layers_do(request, name):
+    """A served head (EagleHead.stack_projections: lean_pass's fusion and layer) against the same head through
+    transformers' layers: the same outputs and cache entries for a causal prefill, then for a masked tree level."""
+    head = request.getfixturevalue(name)
+    stacked = copy.deepcopy(head).stack_projections()
+    assert stacked.projections_stacked and not head.projections_stacked
+    torch.manual_seed(0)
+    features, tokens = torch.randn(1, 6, head.config.hidden_size), torch.randint(VOCAB, (1, 6))
+    tree_mask = additive_mask(torch.tensor([[True] * 6 + [True, False, False], [True] * 6 + [False, True, False],
+                                            [True] * 5 + [False, True, False, True]]), torch.float32)
+    caches = [head.new_cache(), stacked.new_cache()]
+    with torch.inference_mode():
+        for part in ((slice(0, 6), torch.arange(6)[None], None), (slice(3, 6), torch.tensor([[6, 6, 7]]), tree_mask)):
+            rows, positions, mask = part
+            expected, got = (h(features[:, rows], tokens[:, rows], positions, cache, mask) for h, cache in zip((head, stacked), caches))
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for index in range(head.config.draft_layers):
+        torch.testing.assert_close(caches[1].layers[index].keys, caches[0].layers[index].keys, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(caches[1].layers[index].values, caches[0].layers[index].values, rtol=1e-5, atol=1e-5)
+
+
+def test_a_stacked_head_is_not_saved(stacked_head, tmp_path):
+    with pytest.raises(ValueError, match="stacked for serving"):
+        save_head(stacked_head, tmp_path / "head")
+    assert not (tmp_path / "head").exists()
 
 
 @pytest.mark.parametrize("k", range(1, 9))
@@ -88,9 +123,11 @@ def test_the_feature_buffer_grows_without_changing_a_draft(target, head, monkeyp
     assert len(drafter._features) >= len(PROMPT) + 40 - 2
 
 
-def test_every_head_variant_stays_lossless(target, any_head, tmp_path, cpu_path):
-    """Each precision and kernel the tuner may pick on this path: greedy output identical to plain decoding."""
-    head = any_head
+@pytest.mark.parametrize("name", ["head", "fused_head", "deep_head"])
+def test_every_head_variant_stays_lossless(request, target, name, tmp_path, cpu_path):
+    """Each precision and kernel the tuner may pick on this path, projections stacked as served: greedy output
+    identical to plain decoding."""
+    head = request.getfixturevalue(name)
     save_head(head, tmp_path / "head")
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
@@ -98,7 +135,7 @@ def test_every_head_variant_stays_lossless(target, any_head, tmp_path, cpu_path)
     for variant in head_variants():
         fast = head_variant(tmp_path / "head", target, variant)
         dtype, kernel = HEAD_VARIANTS[variant]
-        assert fast.feature_scale.dtype == dtype
+        assert fast.feature_scale.dtype == dtype and fast.projections_stacked
         if kernel == PACKED:
             assert fast.draft_lm_head[0].weight.is_meta and fast.fc.weight.is_meta  # only packed copies kept
         events = list(speculative(target, EagleDrafter(fast), PROMPT, config, DraftConfig(k=4)))
@@ -146,6 +183,21 @@ def test_q_is_a_distribution_over_target_ids_and_zero_outside_the_draft_vocabula
     assert torch.allclose(draft.probs.sum(-1), torch.ones(4))
     assert (draft.probs[:, ~head.t2d] == 0).all()
     assert all(head.t2d[t] for t in draft.tokens)
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=6, top_p=0.8)], ids=["greedy", "warped"])
+def test_a_tree_ranks_by_the_draft_distribution_over_its_own_vocabulary(head, sampling):
+    """A tree ranks children by q over the draft vocabulary alone (_tree_q): the same probabilities, warpers and
+    all, as the full q over the target's ids, which is zero elsewhere."""
+    drafter = EagleDrafter(head, tree=TreeShape())
+    predicted = torch.randn(3, head.config.hidden_size, generator=torch.Generator().manual_seed(0)) * 4
+    sampler = Sampler(sampling)
+    full, own = drafter._q(predicted, sampler), drafter._tree_q(predicted, sampler)
+    assert own.shape == (3, len(DRAFT_IDS))
+    torch.testing.assert_close(own, full[:, head.draft_to_target], rtol=1e-6, atol=1e-7)
+    assert (full[:, ~head.t2d] == 0).all()
+    if sampling.top_k:
+        assert ((own > 0).sum(-1) <= sampling.top_k).all()
 
 
 def test_id_map_round_trips(head, target, tmp_path):
