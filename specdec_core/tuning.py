@@ -41,6 +41,7 @@ CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of
 # 1.12 behind 160 tokens, 1.33 behind 1,200), and a tree sized by the short curve lost to the chain on long prompts.
 LONG_CONTEXT_TOKENS = 1024
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
+NARROW_ROUNDS = 3  # the cost curve's passes over up to KERNEL_WIDTHS tokens get this many times REPEATS (_time_widths)
 # Kernels are timed for passes over 1..KERNEL_WIDTHS tokens; the widest one's serves every wider pass. Libraries
 # change kernel at a few rows (MKL past 3 on the Intel Xeon with AMX, oneDNN at 2 on the AVX-512 EPYC).
 KERNEL_WIDTHS = 5
@@ -243,7 +244,7 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     dtype = next(model.parameters()).dtype
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
                 "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
-                "plan": "kernels by width and padded rows"}
+                "plan": "kernels by width and padded rows", "timing": "settled T(1), ratios by round"}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
@@ -251,15 +252,15 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
         plan = _plan_from(kernels)
         set_kernel_plan(model, plan)
         widths = range(1, LONGEST_VERIFICATION + 1)
-        raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS)
+        raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS, NARROW_ROUNDS)
         if on_cpu and (padded := _padded_rows(raw)):
             plan = replace(plan, padded_rows=padded)
             set_kernel_plan(model, plan)
-            raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS)
+            raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS, NARROW_ROUNDS)
         short = _non_decreasing(raw)
         long_curve = None  # a window too short to hold the long context (tiny test models, GPT-2's 1,024): the short curve alone
         if context_window(model) >= LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:
-            long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS))
+            long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS, NARROW_ROUNDS))
             # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
             long_curve = [max(s, t) for s, t in zip(short, long)]
         plan_fields = [plan.single, plan.wide, list(plan.padded_rows), list(plan.narrow)]
@@ -322,8 +323,17 @@ def _plan_from(kernels: dict[str, float]) -> KernelPlan:
 
 
 @torch.inference_mode()
-def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: int = CONTEXT_TOKENS) -> list[float]:
-    """Median seconds of one pass over n new tokens, per n in widths, behind context_tokens cached ones."""
+def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: int = CONTEXT_TOKENS,
+                 narrow_rounds: int = 1) -> list[float]:
+    """Seconds of one pass over n new tokens, per n in widths (from 1), behind context_tokens cached ones.
+
+    Timed in rounds over the widths, each opened by an untimed one-token pass: right after the round before's
+    widest pass, a one-token pass read 10-20% dearer on the 2-core Intel Xeon with AMX (47-52 ms against a 42.5 ms
+    decode step, session 35), which made every T(n)/T(1) that much too low. Each width's figure is its median
+    ratio to its own round's T(1), times the median T(1): a machine whose speed drifts between rounds moves the
+    ratios less than the medians. The widths up to KERNEL_WIDTHS get narrow_rounds times as many rounds: adaptive
+    k chooses between one, two and three draft tokens on their ratios, and 5 rounds put T(3)/T(1) at 1.06 one
+    time and 1.19 another on that Xeon (its schedule ran 3% faster with one, 3-5% slower with the other)."""
     widths = list(widths)
     cache = DynamicCache(config=model.config)
     generator = torch.Generator().manual_seed(0)
@@ -343,16 +353,17 @@ def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: i
 
     for n in widths:  # warm-up: one-time kernel set-up per shape
         one_pass(n)
-    times: dict[int, list[float]] = {n: [] for n in widths}
-    # Known bias, kept for now: T(1), timed right after the round's widest pass, reads 10-20% above a plain decoding
-    # step on the Intel Xeon with AMX, so wider passes look that much cheaper. Timed after untimed one-token passes it
-    # reads as decoding, but the head's adaptive k then ran 3% slower with one such curve and 3% faster with another
-    # (paired, training prompts; T(3)/T(1) 1.19 and 1.06): its k hangs on that noise (bench/RESULTS.md, session 35),
-    # which a change here has to settle first (more repeats of the narrow widths).
-    for _ in range(repeats):
-        for n in widths:
-            times[n].append(one_pass(n))
-    return [statistics.median(times[n]) for n in widths]
+    singles: list[float] = []
+    ratios: dict[int, list[float]] = {n: [] for n in widths if n > 1}
+    for round_ in range(repeats * narrow_rounds):
+        one_pass(1)  # untimed: settles the one-token pass after the round before's widest
+        single = one_pass(1)
+        singles.append(single)
+        for n in ratios:
+            if round_ < repeats or n <= KERNEL_WIDTHS:
+                ratios[n].append(one_pass(n) / single)
+    single = statistics.median(singles)
+    return [single if n == 1 else single * statistics.median(ratios[n]) for n in widths]
 
 
 def _non_decreasing(values: list[float]) -> list[float]:
