@@ -30,7 +30,7 @@ import torch
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
-from ..schedule import ADAPTIVE_LONGEST, AdaptiveDraftLength
+from ..schedule import ADAPTIVE_LONGEST
 from ..theory import expected_speedup
 from ..tuning import CostCurve
 from .base import Draft
@@ -38,7 +38,9 @@ from .eagle import EagleDrafter
 from .ngram import NgramDrafter
 from .tree import chain, reindexed
 
-DECAY = AdaptiveDraftLength.DECAY  # the past's weight for the lookup's acceptance, as in the adaptive k
+# The past's weight for the lookup's acceptance: copied spans start and end abruptly, so it forgets within a few
+# steps (the adaptive k's estimate was 0.8 too until session 36; the hybrid was measured with this at 0.8 then).
+LOOKUP_DECAY = 0.8
 # The head's ledger remembers longer (about ten steps): one step's accepted count swings from 0 to k,
 # and a head turned off by a short unlucky run is only tried again PROBE_EVERY steps later.
 HEAD_DECAY = 0.9
@@ -122,8 +124,8 @@ class HybridDrafter:
         if not self._guess:
             return False
         whole = copied == len(self._guess)
-        self._judged = DECAY * self._judged + copied + (not whole)
-        self._agreed = DECAY * self._agreed + copied
+        self._judged = LOOKUP_DECAY * self._judged + copied + (not whole)
+        self._agreed = LOOKUP_DECAY * self._agreed + copied
         return whole
 
     def _head_pays(self) -> bool:
