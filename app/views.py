@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from transformers import PreTrainedTokenizerBase
 
 from specdec_core import ACCEPTED, BONUS, CORRECTION, REJECTED, TARGET, PlainStep, SpecStep, per_position_acceptance
-from specdec_core.cpu_kernels import PACKED, STOCK
+from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK
 from specdec_core.events import Step
-from specdec_core.tuning import KERNEL_WIDTHS, TargetTuning, kernel_key
+from specdec_core.tuning import KERNEL_WIDTHS, KERNELS, TargetTuning, kernel_key
 
 from .limits import RUN_SECONDS
 from .race import Pane, Race
@@ -190,16 +190,20 @@ def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) ->
     return f'<div class="step-detail">{head}{table}</div>'
 
 
+KERNEL_NAMES = {PACKED: "packed (oneDNN)", STOCK: "stock (F.linear)", MKL_PACKED: "packed (MKL)"}
+
+
 def kernel_table(tuning: TargetTuning) -> list[str]:
     """The target's linear kernels timed per width (a whole pass, ms), the one each width runs in bold; none
     where nothing was timed (no oneDNN for the dtype, a GPU)."""
     seconds = tuning.kernels.seconds
     if not seconds:
         return []
-    rows = ["", "| tokens a pass | packed (oneDNN) | stock (F.linear) |", "|---|---|---|"]
+    kernels = [kernel for kernel in KERNELS if kernel_key(kernel, 1) in seconds]
+    rows = ["", f"| tokens a pass | {' | '.join(KERNEL_NAMES[kernel] for kernel in kernels)} |", "|---" * (len(kernels) + 1) + "|"]
     for width in range(1, KERNEL_WIDTHS + 1):
         cells = []
-        for kernel in (PACKED, STOCK):
+        for kernel in kernels:
             ms = f"{1000 * seconds[kernel_key(kernel, width)]:.1f} ms"
             cells.append(f"**{ms}**" if kernel == tuning.plan.kernel(width) else ms)
         rows.append(f"| {width} | {' | '.join(cells)} |")

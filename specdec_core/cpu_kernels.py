@@ -1,4 +1,4 @@
-"""CPU linear layers: oneDNN with prepacked weights, or stock, per width; int8 for drafts; forcing the AVX2 path.
+"""CPU linear layers: oneDNN or MKL with prepacked weights, or stock, per width; int8 for drafts; forcing the AVX2 path.
 
 A decode step on a CPU is >85% matrix products (torch.profiler: aten::mm), and PyTorch's default
 `F.linear` there is MKL with the weight in its plain layout. Measured once on a 2-core AMD EPYC
@@ -9,8 +9,13 @@ with AVX-512 BF16 (SmolLM2-135M, one forward pass, medians):
     (MKL here: F.linear for 1 and 17 rows, W @ x^T for 5)
 
 Other CPUs differ (an AVX2-only EPYC has no oneDNN bfloat16 at all), so nothing here decides by
-those numbers: tuning.py times PACKED against STOCK on the running machine, for 1 to 5 tokens,
-and applies the faster by width with a KernelPlan; the app and bench state what it measured.
+those numbers: tuning.py times the kernels against each other on the running machine, for 1 to 9
+tokens, and applies the fastest by width with a KernelPlan; the app and bench state what it measured.
+
+MKL_PACKED is MKL's own packed GEMM (cblas_sgemm_compute, float32 only), the op torch.compile's CPU
+freezing pass emits for float32 linears. On the 2-core Intel Xeon with AMX a whole pass over 4-8
+tokens took 55-64 ms with it against 65-75 with the faster of the other two (session 37), while
+from 9 tokens on MKL changes kernel and it is the dearest. One pack serves every row count.
 
 The weight is reordered once into oneDNN's blocked layout, as torch.compile's CPU "freezing" pass
 does; calling the same two ops directly avoids compiling a model whose cache length changes every
@@ -35,10 +40,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-PACKED, STOCK, INT8 = "packed", "stock", "int8"
+PACKED, STOCK, INT8, MKL_PACKED = "packed", "stock", "int8", "mkl-packed"
+PACKED_KERNELS = (PACKED, MKL_PACKED)  # the kernels that compute from a packed copy of the weight
+MKL_PACK_ROWS = 8  # the row count MKL packs for; the pack computes every row count, bit for bit alike
 
-# module -> ((data_ptr, dtype, version) of the weight it was packed from, packed weight)
-_packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple, torch.Tensor]] = weakref.WeakKeyDictionary()
+# kernel -> module -> ((data_ptr, dtype, version) of the weight it was packed from, what that kernel reads)
+_packed: dict[str, weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple, object]]] = {
+    kernel: weakref.WeakKeyDictionary() for kernel in PACKED_KERNELS}
 
 
 # Set (SPECDEC_FORCE_AVX2=1, or force_avx2_path) to run as on a CPU without AVX-512: no oneDNN
@@ -82,25 +90,45 @@ def onednn_supports(dtype: torch.dtype) -> bool:
     return _hardware_supports(dtype)
 
 
-def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
-    weight = module.weight
+def supports(kernel: str, dtype: torch.dtype) -> bool:
+    """Whether kernel computes in dtype here; where it does not, a linear asked for it runs stock."""
+    if kernel == PACKED:
+        return onednn_supports(dtype)
+    if kernel == MKL_PACKED:
+        return dtype == torch.float32 and torch.backends.mkl.is_available()
+    return True
+
+
+def _reorder(kernel: str, weight: torch.Tensor) -> object:
+    if kernel == PACKED:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, None)
+    # MKL's op takes the plain weight too, for its shape and dtype and for row counts other than the one it is
+    # told the pack was made for (we always tell it the rows it gets, so the pack computes). A zero-strided
+    # stand-in of the same shape and dtype keeps a third copy of the weights from living on (a test holds that
+    # the stand-in is never computed with).
+    stand_in = torch.zeros((), dtype=weight.dtype).expand(weight.shape)
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight, MKL_PACK_ROWS), stand_in
+
+
+def _packed_weight(module: torch.nn.Linear, kernel: str = PACKED) -> object:
+    store, weight = _packed[kernel], module.weight
     if weight.is_meta:  # dense copy released: the packed one is all there is
-        entry = _packed.get(module)
+        entry = store.get(module)
         if entry is None or entry[0][1] != weight.dtype:
             raise RuntimeError("This linear layer's dense weight was released; reload the model to change it.")
         return entry[1]
     key = (weight.data_ptr(), weight.dtype, weight._version)
-    entry = _packed.get(module)
+    entry = store.get(module)
     if entry is None or entry[0] != key:
-        entry = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
-        _packed[module] = entry
+        entry = (key, _reorder(kernel, weight.detach()))
+        store[module] = entry
     return entry[1]
 
 
 @dataclass(frozen=True, slots=True)
 class KernelPlan:
-    """Which kernel a model's linears use by the number of rows a pass computes: PACKED (oneDNN, prepacked)
-    or STOCK (F.linear). tuning.py picks each by timing both."""
+    """Which kernel a model's linears use by the number of rows a pass computes: PACKED (oneDNN, prepacked),
+    MKL_PACKED (MKL, prepacked) or STOCK (F.linear). tuning.py picks each by timing them."""
 
     single: str = PACKED  # one row: a decode step
     wide: str = PACKED  # more rows than `narrow` covers: a verification pass
@@ -135,10 +163,6 @@ class KernelPlan:
         return {self.single, self.wide, *self.narrow}
 
     @property
-    def packs(self) -> bool:
-        return PACKED in self.kernels
-
-    @property
     def needs_dense(self) -> bool:
         return STOCK in self.kernels
 
@@ -149,11 +173,12 @@ _DEFAULT_PLAN = KernelPlan()
 
 
 def set_kernel_plan(model: torch.nn.Module, plan: KernelPlan) -> None:
-    """Applies plan to every patched linear of model; drops packed copies a STOCK-only plan never reads."""
+    """Applies plan to every patched linear of model; drops the packed copies it never reads."""
     for module in _patched_linears(model):
         _plans[module] = plan
-        if not plan.packs and not module.weight.is_meta:
-            _packed.pop(module, None)
+        if not module.weight.is_meta:
+            for kernel in set(PACKED_KERNELS) - plan.kernels:
+                _packed[kernel].pop(module, None)
 
 
 def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -168,6 +193,9 @@ def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def _linear(self: torch.nn.Linear, x: torch.Tensor, kernel: str) -> torch.Tensor:
     # A released (meta) weight always goes through _packed_weight, which refuses it unless its packed
     # copy matches: F.linear on a meta weight would "compute" a meta tensor instead of failing.
+    if kernel == MKL_PACKED and supports(MKL_PACKED, self.weight.dtype):
+        packed, stand_in = _packed_weight(self, MKL_PACKED)
+        return torch.ops.mkl._mkl_linear(x, packed, stand_in, self.bias, x.numel() // x.shape[-1])
     if self.weight.is_meta or (kernel == PACKED and onednn_supports(self.weight.dtype)):
         return torch.ops.mkldnn._linear_pointwise(x, _packed_weight(self), self.bias, "none", [], "")
     return F.linear(x, self.weight, self.bias)
@@ -184,7 +212,7 @@ def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
     the input embedding) stays dense. The module keeps a meta tensor of the same shape and dtype,
     so shapes can still be read; a later dtype cast or in-place edit is refused, not silently
     wrong. Inference only, like the packing itself."""
-    linears = [m for m in _patched_linears(model) if not (m in _plans and _plans[m].needs_dense)]
+    linears = [m for m in _patched_linears(model) if not _plans.get(m, _DEFAULT_PLAN).needs_dense]
     # Weights that some module other than a single packed Linear reads: tied embeddings and the like.
     readers: dict[int, int] = {}
     for module in model.modules():
@@ -192,13 +220,13 @@ def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
             readers[param.data_ptr()] = readers.get(param.data_ptr(), 0) + 1
     for module in linears:
         weight = module.weight
-        if weight.is_meta or not onednn_supports(weight.dtype):
+        kernels = _plans.get(module, _DEFAULT_PLAN).kernels
+        if weight.is_meta or readers[weight.data_ptr()] > 1 or not all(supports(k, weight.dtype) for k in kernels):
             continue
-        if readers[weight.data_ptr()] > 1:
-            continue
-        packed = _packed_weight(module)
+        packs = {kernel: _packed_weight(module, kernel) for kernel in kernels}
         module.weight = torch.nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"), requires_grad=False)
-        _packed[module] = ((0, weight.dtype, 0), packed)
+        for kernel, packed in packs.items():
+            _packed[kernel][module] = ((0, weight.dtype, 0), packed)
     # from_pretrained maps the weights file into memory and every weight is a view of that one
     # mapping: while any view lives (the tied embedding, the norms) the whole file stays mapped and,
     # once packing has read it, resident. Copies of what is kept let the mapping go.

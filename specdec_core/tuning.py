@@ -26,7 +26,7 @@ import psutil
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .cpu_kernels import PACKED, STOCK, KernelPlan, onednn_supports, set_kernel_plan
+from .cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, set_kernel_plan, supports
 from .lean_pass import is_lean, run_pass
 from .limits import MEASURED_DRAFT_TOKENS, context_window
 from .machine import this_machine
@@ -43,8 +43,10 @@ LONG_CONTEXT_TOKENS = 1024
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
 NARROW_ROUNDS = 3  # the cost curve's passes over up to KERNEL_WIDTHS tokens get this many times REPEATS (_time_widths)
 # Kernels are timed for passes over 1..KERNEL_WIDTHS tokens; the widest one's serves every wider pass. Libraries
-# change kernel at a few rows (MKL past 3 on the Intel Xeon with AMX, oneDNN at 2 on the AVX-512 EPYC).
-KERNEL_WIDTHS = 5
+# change kernel at a few rows (MKL's plain one past 3 on the Intel Xeon with AMX, its packed one past 8; oneDNN at 2
+# on the AVX-512 EPYC), and trees and the hybrid verify 4-8 tokens at a time.
+KERNEL_WIDTHS = 9
+KERNELS = (PACKED, STOCK, MKL_PACKED)  # the target's candidates, timed where they run (cpu_kernels.supports)
 PADDING_GAIN = 1.05  # a width is computed one row wider (KernelPlan.padded_rows) where that pass is this much cheaper
 
 
@@ -235,8 +237,9 @@ _BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")  # psutil.c
 
 
 def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> TargetTuning:
-    """Picks packed or stock linears for 1 and for several tokens, then measures T(n) for n = 1..17 with them,
-    behind CONTEXT_TOKENS cached tokens and, where the model's window holds it, LONG_CONTEXT_TOKENS.
+    """Picks the fastest kernel for the linears per width up to KERNEL_WIDTHS tokens (the widest's for every wider
+    pass), then measures T(n) for n = 1..17 with them, behind CONTEXT_TOKENS cached tokens and, where the model's
+    window holds it, LONG_CONTEXT_TOKENS.
 
     served: the model known by its source (tuning_of; the app's labels, every c): not a copy loaded for
     transformers' generate, whose pass and costs differ from the served one of the same source and dtype.
@@ -244,11 +247,13 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     dtype = next(model.parameters()).dtype
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
                 "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
-                "plan": "kernels by width and padded rows", "timing": "settled T(1), ratios by round"}
+                "plan": "kernels by width and padded rows", "timing": "settled T(1), ratios by round",
+                "kernels": [*KERNELS, KERNEL_WIDTHS]}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
-        kernels = _time_kernels(model) if on_cpu and onednn_supports(dtype) else {}
+        candidates = [kernel for kernel in KERNELS if supports(kernel, dtype)] if on_cpu else []
+        kernels = _time_kernels(model, candidates) if len(candidates) > 1 else {}
         plan = _plan_from(kernels)
         set_kernel_plan(model, plan)
         widths = range(1, LONGEST_VERIFICATION + 1)
@@ -289,13 +294,13 @@ def kernel_key(kernel: str, width: int) -> str:
     return f"{kernel} x{width}"
 
 
-def _time_kernels(model: PreTrainedModel) -> dict[str, float]:
+def _time_kernels(model: PreTrainedModel, kernels: list[str]) -> dict[str, float]:
     """Median seconds of a pass over 1..KERNEL_WIDTHS tokens with each kernel everywhere. The kernels take
-    turns within every repeat, so that a busy moment of a shared machine hits both alike."""
+    turns within every repeat, so that a busy moment of a shared machine hits them alike."""
     times: dict[str, list[float]] = {}
     widths = range(1, KERNEL_WIDTHS + 1)
     for _ in range(REPEATS):
-        for kernel in (PACKED, STOCK):
+        for kernel in kernels:
             set_kernel_plan(model, KernelPlan(kernel, kernel))
             for width, t in zip(widths, _time_widths(model, widths, 1)):
                 times.setdefault(kernel_key(kernel, width), []).append(t)
@@ -309,10 +314,10 @@ def _padded_rows(seconds: list[float]) -> tuple[int, ...]:
 
 
 def _plan_from(kernels: dict[str, float]) -> KernelPlan:
-    """The faster kernel per width timed, the widest's for every wider pass; STOCK where nothing was timed
-    (no oneDNN, or not a CPU)."""
+    """The fastest kernel per width timed, the widest's for every wider pass; STOCK where nothing was timed
+    (no packed kernel for the dtype, or not a CPU)."""
     def best(width: int) -> str:
-        timed = {k: kernels[kernel_key(k, width)] for k in (PACKED, STOCK) if kernel_key(k, width) in kernels}
+        timed = {k: kernels[kernel_key(k, width)] for k in KERNELS if kernel_key(k, width) in kernels}
         return min(timed, key=timed.__getitem__) if timed else STOCK
 
     wide = best(KERNEL_WIDTHS)

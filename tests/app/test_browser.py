@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from app.ui import build_ui, launch
 
@@ -93,5 +94,6 @@ def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, 
     assert "Measured on this machine" in costs and "T(5)/T(1)" in costs and "c = " in costs
     assert costs.count("target linears") == 1 and "target linears: " in costs and " for 1" in costs  # the kernel by width
     assert "packed (oneDNN)" in costs and "stock (F.linear)" in costs  # and each one's timing by width, a table
+    assert ("packed (MKL)" in costs) == torch.backends.mkl.is_available()
     if shot := os.environ.get("SPECDEC_COSTS_SCREENSHOT"):  # the machine's costs alone, to look at
         page.locator("#machine-costs").screenshot(path=shot)

@@ -1,12 +1,13 @@
 """Event-to-view functions on real events from the core (tiny models, a word-level tokenizer)."""
 
 import re
+from dataclasses import replace
 
 import plotly.graph_objects as go
 import pytest
 
 from specdec_core import expected_speedup
-from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
+from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan
 from specdec_core.tuning import KERNEL_WIDTHS, Choice, CostCurve, TargetTuning, kernel_key
 
 from app import charts, views
@@ -208,13 +209,18 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
 
 
 def test_kernel_table_times_each_width_and_bolds_the_kernel_its_plan_runs():
-    plan = KernelPlan(STOCK, PACKED, (), (STOCK, STOCK))  # the Intel Xeon's: stock for 1-3 tokens, packed from 4
-    seconds = {kernel_key(kernel, width): (0.040 if kernel == STOCK else 0.050) + width / 1000
-               for kernel in (PACKED, STOCK) for width in range(1, KERNEL_WIDTHS + 1)}
+    # the Intel Xeon's: stock for 1-3 tokens, MKL's packed GEMM for 4-8, oneDNN's from 9
+    plan = KernelPlan(STOCK, PACKED, (), (STOCK, STOCK, MKL_PACKED, MKL_PACKED, MKL_PACKED, MKL_PACKED, MKL_PACKED))
+    base = {STOCK: 0.040, MKL_PACKED: 0.060, PACKED: 0.080}
+    seconds = {kernel_key(kernel, width): base[kernel] + width / 1000 for kernel in base for width in range(1, KERNEL_WIDTHS + 1)}
     tuning = TargetTuning(plan, Choice("target linears", plan.describe(17), seconds), CostCurve((0.04,)))
-    rows = [row for row in views.kernel_table(tuning) if row.startswith("| ") and row[2].isdigit()]
-    assert len(rows) == KERNEL_WIDTHS
+    table = views.kernel_table(tuning)
+    assert "| tokens a pass | packed (oneDNN) | stock (F.linear) | packed (MKL) |" in table
+    rows = [row for row in table if row.startswith("| ") and row[2].isdigit()]
+    assert len(rows) == KERNEL_WIDTHS and all(row.count("|") == 5 for row in rows)
     bold = [re.findall(r"\*\*([\d.]+) ms\*\*", row) for row in rows]
-    assert bold == [["41.0"], ["42.0"], ["43.0"], ["54.0"], ["55.0"]]  # the stock column for 1-3, packed for 4-5
+    assert bold == [["41.0"], ["42.0"], ["43.0"], ["64.0"], ["65.0"], ["66.0"], ["67.0"], ["68.0"], ["89.0"]]
+    two_timed = {key: s for key, s in seconds.items() if not key.startswith(MKL_PACKED)}  # a CPU without MKL
+    assert all(row.count("|") == 4 for row in views.kernel_table(replace(tuning, kernels=Choice("t", "", two_timed)))[3:-1])
     nothing_timed = TargetTuning(KernelPlan(), Choice("target linears", "packed", {}), CostCurve((0.04,)))
     assert views.kernel_table(nothing_timed) == []

@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec_core import cpu_kernels
 from specdec_core.cpu_kernels import (
+    MKL_PACKED,
     PACKED,
     STOCK,
     KernelPlan,
@@ -42,7 +43,9 @@ IDS = torch.tensor([[1, 5, 7, 3, 9]])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("plan", [KernelPlan(), KernelPlan(STOCK, STOCK), KernelPlan(PACKED, STOCK), KernelPlan(STOCK, PACKED),
                                   KernelPlan(PACKED, PACKED, (2,)), KernelPlan(STOCK, STOCK, (2, 5)),
-                                  KernelPlan(STOCK, PACKED, (), (STOCK, STOCK)), KernelPlan(PACKED, PACKED, (3,), (STOCK, PACKED, STOCK))])
+                                  KernelPlan(STOCK, PACKED, (), (STOCK, STOCK)), KernelPlan(PACKED, PACKED, (3,), (STOCK, PACKED, STOCK)),
+                                  KernelPlan(MKL_PACKED, MKL_PACKED), KernelPlan(STOCK, PACKED, (), (STOCK, MKL_PACKED, MKL_PACKED)),
+                                  KernelPlan(MKL_PACKED, STOCK, (2,), (MKL_PACKED,))])
 def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     stock = linear(bias)
     patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
@@ -138,6 +141,39 @@ def test_a_plan_that_reads_dense_weights_keeps_them(plan, cpu_path):
         release_dense_weights(model)
         assert not model.model.layers[0].mlp.up_proj.weight.is_meta
         torch.testing.assert_close(model(IDS).logits, before)
+
+
+MKL_PLANS = [KernelPlan(MKL_PACKED, MKL_PACKED), KernelPlan(MKL_PACKED, PACKED, (), (MKL_PACKED, PACKED, MKL_PACKED))]
+
+
+@pytest.mark.parametrize("plan", MKL_PLANS)
+def test_mkl_packed_weights_compute_alone_once_the_dense_ones_are_released(plan, cpu_path):
+    """MKL's op is handed a zero-strided stand-in for the plain weight (its shape and dtype): were it ever to compute
+    with it, the outputs would be zeros. Released, each packed kernel the plan names keeps its copy, and only those."""
+    model = speed_up_linears(tiny_tied_llama())
+    set_kernel_plan(model, plan)
+    with torch.no_grad():
+        before = [model(IDS[:, :n]).logits for n in range(1, 6)]  # 1..5 rows: every kernel of the plan
+        release_dense_weights(model)
+        after = [model(IDS[:, :n]).logits for n in range(1, 6)]
+    for old, new in zip(before, after):
+        torch.testing.assert_close(new, old)
+        assert new.abs().amax() > 0
+    up = model.model.layers[0].mlp.up_proj
+    assert up.weight.is_meta == torch.backends.mkl.is_available()  # without MKL the plan runs stock: kept dense
+    if up.weight.is_meta:
+        assert (up in cpu_kernels._packed[PACKED]) == (PACKED in plan.kernels) and up in cpu_kernels._packed[MKL_PACKED]
+
+
+def test_mkl_packed_gemm_runs_stock_in_bfloat16(cpu_path, kernel_calls):
+    """MKL packs float32 alone: a bfloat16 model under an MKL plan computes stock, and keeps its dense weights."""
+    model = speed_up_linears(tiny_tied_llama().to(torch.bfloat16))
+    set_kernel_plan(model, KernelPlan(MKL_PACKED, MKL_PACKED))
+    with torch.no_grad():
+        out = model(IDS).logits
+        release_dense_weights(model)
+    assert out.dtype == torch.bfloat16 and not model.model.layers[0].mlp.up_proj.weight.is_meta
+    assert model.model.layers[0].mlp.up_proj not in cpu_kernels._packed[MKL_PACKED]
 
 
 def test_int8_linears_stay_close_to_float32():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specdec_core import tuning
-from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
+from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, supports
 from specdec_core.machine import ISA_FLAGS, this_machine
 from specdec_core.tuning import Choice, CostCurve, _non_decreasing, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
 from tests.conftest import tiny_llama
@@ -58,8 +58,13 @@ def test_step_costs_count_verification_at_the_context_and_c_in_that_context_s_pa
     assert far.step(3, 2) == pytest.approx(1.6 + 2 * 0.1) and far.step(1, 0) == 1.0
 
 
-def timings(packed: list[float], stock: list[float]) -> dict[str, float]:
-    return {f"{kernel} x{width}": s for kernel, row in (("packed", packed), ("stock", stock)) for width, s in enumerate(row, 1)}
+def timings(packed: list[float], stock: list[float], mkl_packed: list[float] | None = None) -> dict[str, float]:
+    """Each kernel's seconds by width, from 1; a row shorter than KERNEL_WIDTHS goes on flat from its last width."""
+    def widths(row: list[float]) -> list[float]:
+        return row + row[-1:] * (tuning.KERNEL_WIDTHS - len(row))
+
+    rows = (("packed", packed), ("stock", stock), ("mkl-packed", mkl_packed or []))
+    return {f"{kernel} x{width}": s for kernel, row in rows for width, s in enumerate(widths(row), 1)}
 
 
 def test_plan_takes_the_faster_kernel_per_width():
@@ -72,6 +77,16 @@ def test_plan_takes_the_faster_kernel_per_width():
     # a width between two of the wide kernel's keeps its own
     assert _plan_from(timings([0.05, 0.07, 0.05, 0.05, 0.05], [0.06, 0.06, 0.06, 0.06, 0.06])).narrow == (STOCK,)
     assert _plan_from({}) == KernelPlan(STOCK, STOCK)  # nothing timed: no oneDNN, or not a CPU
+
+
+def test_plan_takes_mkls_packed_gemm_where_it_is_fastest():
+    # The Intel Xeon with AMX, session 37 (ms, widths 1-9): MKL's packed GEMM wins 4-8 tokens, loses from 9
+    packed = [56.5, 58.9, 59.3, 60.7, 61.8, 64.7, 68.0, 70.2, 69.6]
+    stock = [45.3, 48.0, 50.8, 68.7, 70.6, 73.0, 81.2, 83.3, 90.7]
+    mkl = [47.1, 51.8, 55.4, 53.3, 59.0, 59.2, 61.8, 61.7, 79.3]
+    plan = _plan_from(timings(packed, stock, mkl))
+    assert [plan.kernel(rows) for rows in range(1, 12)] == [STOCK] * 3 + [MKL_PACKED] * 5 + [PACKED] * 3
+    assert plan.describe(17) == "stock for 1-3 tokens, mkl-packed for 4-8 tokens, packed for 9-17 tokens"
 
 
 def test_a_choice_lists_its_timings_fastest_first_unless_a_view_shows_them_otherwise():
@@ -100,7 +115,9 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
     first = tune_target(model, "tiny")
     assert len(first.curve.seconds) == tuning.LONGEST_VERIFICATION
     assert first.curve.ratio(1) == 1.0 and first.curve.ratios == sorted(first.curve.ratios)
-    timed = {f"{kernel} x{width}" for kernel in ("packed", "stock") for width in range(1, tuning.KERNEL_WIDTHS + 1)}
+    kernels = [kernel for kernel in tuning.KERNELS if supports(kernel, torch.float32)]
+    assert {PACKED, STOCK} <= set(kernels) and (MKL_PACKED in kernels) == torch.backends.mkl.is_available()
+    timed = {f"{kernel} x{width}" for kernel in kernels for width in range(1, tuning.KERNEL_WIDTHS + 1)}
     assert first.kernels.note == "measured now" and set(first.kernels.seconds) == timed
     assert cost_curve(model) is first.curve
     [saved] = list(tmp_path.glob("target-*.json"))
@@ -195,7 +212,8 @@ def test_the_one_token_pass_is_timed_settled_and_the_narrow_widths_more_often(mo
         return real_pass(model, input_ids, cache, **kwargs)
 
     monkeypatch.setattr(tuning, "run_pass", pass_after)
-    seconds = tuning._time_widths(model, range(1, 8), repeats=2, context_tokens=16, narrow_rounds=3)
+    widest = tuning.KERNEL_WIDTHS + 2
+    seconds = tuning._time_widths(model, range(1, widest + 1), repeats=2, context_tokens=16, narrow_rounds=3)
     assert seconds[0] < 0.02  # without settling, the median T(1) would carry the 30 ms
-    assert calls.count(7) == 1 + 2 and calls.count(tuning.KERNEL_WIDTHS) == 1 + 2 * 3  # warm-up + rounds
+    assert calls.count(widest) == 1 + 2 and calls.count(tuning.KERNEL_WIDTHS) == 1 + 2 * 3  # warm-up + rounds
     assert calls.count(1) - 1 == 2 * 2 * 3  # every round: the untimed pass, then the timed one
