@@ -237,6 +237,20 @@ def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+def linear_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of one copy of the patched linears' weights: what each packed kernel a plan uses adds."""
+    return sum(m.weight.numel() * m.weight.element_size() for m in _patched_linears(model))
+
+
+def resident_bytes(model: torch.nn.Module) -> int:
+    """Bytes a model holds: its tensors that are not released, plus every packed copy its linears keep (a
+    plan with stock, oneDNN and MKL widths keeps three copies of each weight)."""
+    tensors = {t.data_ptr(): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()] if not t.is_meta}
+    packs = sum(m.weight.numel() * m.weight.element_size() for m in _patched_linears(model)
+                for kernel in PACKED_KERNELS if m in _packed[kernel])
+    return sum(tensors.values()) + packs
+
+
 def speed_up_linears(model: torch.nn.Module) -> torch.nn.Module:
     """Patches the model's Linear layers in place when it runs on a CPU; a no-op elsewhere.
 

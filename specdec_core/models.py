@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cpu_kernels import release_dense_weights, speed_up_linears
+from .cpu_kernels import release_dense_weights, resident_bytes, speed_up_linears
 from .errors import ModelLoadError, VocabularyMismatchError
 from .lean_pass import fuse_projections
 from .tuning import tune_target
@@ -68,7 +68,10 @@ class _ModelCache:
     def held_bytes(self) -> int:
         return sum(size for _, size in self._entries.values())
 
-    def get(self, key: tuple, name: str, size: int, load):
+    def get(self, key: tuple, name: str, size: int, load, resident=None):
+        """The value under key, loaded with load() where absent. size: its estimated bytes, checked against the
+        budget before loading; resident(value), where given, the bytes it holds once loaded, counted from then on
+        where it holds more (a kernel plan that keeps packed copies beside the dense weights)."""
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -83,8 +86,10 @@ class _ModelCache:
                 self._entries.popitem(last=False)
                 _return_freed_memory()
             value = load()
+            self._entries[key] = (value, max(size, resident(value)) if resident else size)
+            while len(self._entries) > 1 and self.held_bytes > budget:  # it holds more than its estimate
+                self._entries.popitem(last=False)
             _return_freed_memory()
-            self._entries[key] = (value, size)
             return value
 
     def clear(self) -> None:
@@ -124,7 +129,8 @@ def load_model(source: str, for_generate: bool = False) -> LoadedModel:
     check_public_size(source, parameters)
     size = loaded_bytes(parameters, default_dtype()) if parameters else 0
     key = ("model for generate" if for_generate else "model", source)
-    return MODELS.get(key, source, size, lambda: _load(source, kind, default_dtype(), lean=not for_generate))
+    return MODELS.get(key, source, size, lambda: _load(source, kind, default_dtype(), lean=not for_generate),
+                      lambda loaded: resident_bytes(loaded.model))
 
 
 def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True, lean: bool = True) -> LoadedModel:

@@ -26,11 +26,11 @@ import psutil
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, set_kernel_plan, supports
+from .cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, linear_weight_bytes, set_kernel_plan, supports
 from .lean_pass import is_lean, run_pass
 from .limits import MEASURED_DRAFT_TOKENS, context_window
 from .machine import this_machine
-from .sources import cache_dir
+from .sources import cache_dir, memory_budget
 
 log = logging.getLogger(__name__)
 
@@ -245,14 +245,14 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     transformers' generate, whose pass and costs differ from the served one of the same source and dtype.
     Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
     dtype = next(model.parameters()).dtype
+    candidates = _kernel_candidates(model, dtype)
     identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
                 "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
                 "plan": "kernels by width and padded rows", "timing": "settled T(1), ratios by round",
-                "kernels": [*KERNELS, KERNEL_WIDTHS]}
+                "kernels": [*candidates, KERNEL_WIDTHS]}
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
-        candidates = [kernel for kernel in KERNELS if supports(kernel, dtype)] if on_cpu else []
         kernels = _time_kernels(model, candidates) if len(candidates) > 1 else {}
         plan = _plan_from(kernels)
         set_kernel_plan(model, plan)
@@ -287,6 +287,18 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     if curve.long_seconds is not None:
         log.info("  behind %d tokens: %s", LONG_CONTEXT_TOKENS, curve.at(LONG_CONTEXT_TOKENS).describe())
     return tuning
+
+
+def _kernel_candidates(model: PreTrainedModel, dtype: torch.dtype) -> list[str]:
+    """The kernels worth timing: those that run dtype here. MKL's packed GEMM keeps a copy of every weight beside
+    the dense one and oneDNN's (both already in memory while tuning), so it is a candidate only where the memory
+    free for models holds that copy too: a plan that uses all three keeps three copies (a 1.7B float32 model: 20 GB)."""
+    if model.device.type != "cpu":
+        return []
+    candidates = [kernel for kernel in KERNELS if supports(kernel, dtype)]
+    if MKL_PACKED in candidates and linear_weight_bytes(model) > memory_budget(0):
+        candidates.remove(MKL_PACKED)
+    return candidates
 
 
 def kernel_key(kernel: str, width: int) -> str:

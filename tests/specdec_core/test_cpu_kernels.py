@@ -165,6 +165,24 @@ def test_mkl_packed_weights_compute_alone_once_the_dense_ones_are_released(plan,
         assert (up in cpu_kernels._packed[PACKED]) == (PACKED in plan.kernels) and up in cpu_kernels._packed[MKL_PACKED]
 
 
+def test_resident_bytes_count_every_copy_a_plan_keeps(cpu_path):
+    """Released under oneDNN alone, each weight is one packed copy; a plan with stock, oneDNN and MKL widths keeps
+    the dense weight and both packs: two copies more of every linear, and the tied lm_head's two packs beside it."""
+    def released(plan: KernelPlan) -> LlamaForCausalLM:
+        model = speed_up_linears(tiny_tied_llama())
+        set_kernel_plan(model, plan)
+        with torch.no_grad():
+            for rows in (1, 2, 5):  # every width of the plan: each kernel packs at its first call
+                model(IDS[:, :rows])
+        return release_dense_weights(model)
+
+    one_copy, three = released(KernelPlan(PACKED, PACKED)), released(KernelPlan(STOCK, PACKED, (), (MKL_PACKED,)))
+    lm_head = one_copy.lm_head.weight.numel() * 4
+    assert cpu_kernels.linear_weight_bytes(one_copy) == cpu_kernels.linear_weight_bytes(three) > lm_head
+    extra = cpu_kernels.resident_bytes(three) - cpu_kernels.resident_bytes(one_copy)
+    assert extra == 2 * cpu_kernels.linear_weight_bytes(one_copy) - lm_head  # the tied lm_head was dense in both
+
+
 def test_mkl_packed_gemm_runs_stock_in_bfloat16(cpu_path, kernel_calls):
     """MKL packs float32 alone: a bfloat16 model under an MKL plan computes stock, and keeps its dense weights."""
     model = speed_up_linears(tiny_tied_llama().to(torch.bfloat16))

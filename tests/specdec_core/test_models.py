@@ -9,6 +9,7 @@ from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
 from specdec_core import LoadedModel, ModelLoadError, VocabularyMismatchError, check_same_vocabulary, load_model
+from specdec_core.cpu_kernels import resident_bytes
 
 
 def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
@@ -63,9 +64,12 @@ def test_model_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used(tmp_
     from specdec_core.sources import loaded_bytes, parameter_count
 
     folders = _tiny_folders(tmp_path, 3)
-    size = loaded_bytes(parameter_count(folders[0], "folder"), models.default_dtype())
-    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", str(2.5 * size / 2**30))  # room for two
+    estimate = loaded_bytes(parameter_count(folders[0], "folder"), models.default_dtype())
     models.MODELS.clear()
+    size = max(estimate, resident_bytes(load_model(folders[0]).model))  # with its kernel plan's packed copies
+    assert models.MODELS.held_bytes == size  # counted as it is once loaded, where that is more than estimated
+    models.MODELS.clear()
+    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", str(2.5 * size / 2**30))  # room for two
     first = load_model(folders[0])
     assert load_model(folders[0]) is first  # a second run does not reload
     load_model(folders[1])
@@ -74,6 +78,18 @@ def test_model_cache_is_bounded_by_bytes_and_evicts_the_least_recently_used(tmp_
     assert models.MODELS.held_bytes <= 2.5 * size
     assert load_model(folders[0]) is not first  # evicted, then loaded anew
     models.MODELS.clear()
+
+
+def test_the_model_cache_counts_what_a_value_holds_once_loaded_and_evicts_for_it(monkeypatch):
+    from specdec_core.models import _ModelCache
+
+    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", str(250 / 2**30))  # 250 bytes
+    cache = _ModelCache()
+    cache.get("a", "a", 100, lambda: "A")
+    assert cache.get("b", "b", 100, lambda: "B", resident=lambda value: 120) == "B"
+    assert cache.held_bytes == 220 and cache.keys() == ["a", "b"]
+    cache.get("c", "c", 20, lambda: "C", resident=lambda value: 90)  # estimated to fit beside both; it holds more
+    assert cache.keys() == ["b", "c"] and cache.held_bytes == 210
 
 
 def test_model_too_big_for_memory_is_refused_before_loading(tmp_path, monkeypatch):

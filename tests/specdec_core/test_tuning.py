@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from specdec_core import tuning
-from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, supports
+from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, speed_up_linears, supports
 from specdec_core.machine import ISA_FLAGS, this_machine
 from specdec_core.tuning import Choice, CostCurve, _non_decreasing, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
 from tests.conftest import tiny_llama
@@ -87,6 +87,16 @@ def test_plan_takes_mkls_packed_gemm_where_it_is_fastest():
     plan = _plan_from(timings(packed, stock, mkl))
     assert [plan.kernel(rows) for rows in range(1, 12)] == [STOCK] * 3 + [MKL_PACKED] * 5 + [PACKED] * 3
     assert plan.describe(17) == "stock for 1-3 tokens, mkl-packed for 4-8 tokens, packed for 9-17 tokens"
+
+
+def test_mkls_packed_gemm_is_timed_only_where_memory_holds_its_copy(monkeypatch):
+    model = speed_up_linears(tiny_llama(seed=0))
+    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", "16")
+    assert (MKL_PACKED in tuning._kernel_candidates(model, torch.float32)) == torch.backends.mkl.is_available()
+    assert MKL_PACKED not in tuning._kernel_candidates(model, torch.bfloat16)  # MKL packs float32 alone
+    budget = tuning.linear_weight_bytes(model) - 1  # a byte short of one more copy of its weights
+    monkeypatch.setenv("SPECDEC_MEMORY_BUDGET_GB", str(budget / 2**30))
+    assert tuning._kernel_candidates(model, torch.float32) == [k for k in (PACKED, STOCK) if supports(k, torch.float32)]
 
 
 def test_a_choice_lists_its_timings_fastest_first_unless_a_view_shows_them_otherwise():
