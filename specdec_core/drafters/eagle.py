@@ -52,7 +52,7 @@ from ..limits import MEASURED_DRAFT_TOKENS
 from ..sampling import Sampler
 from ..tuning import CostCurve
 from .base import Draft
-from .tree import chain, choose_size, depths, path_to, reindexed
+from .tree import Beside, chain, choose_size, depths, path_to, reindexed
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -366,7 +366,9 @@ class EagleDrafter:
             self._features[start:end] = read
 
     @torch.inference_mode()
-    def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
+    def propose(self, context: list[int], k: int, sampler: Sampler, beside: Beside = Beside()) -> Draft:
+        """beside: nodes verified in the same pass outside this draft (the hybrid's lookup branch): a tree is sized
+        with them."""
         started = time.perf_counter()
         # Entry j reads (feature of position j, token j+1). The target has read positions up to
         # len(context) - 2 (the newest token is fed with the next verification), so real entries
@@ -380,7 +382,7 @@ class EagleDrafter:
         positions = torch.arange(start, real_end)
         predicted = self._run(self._features[start:real_end], context[start + 1 : real_end + 1], positions, causal_mask(real_end - start, start))[-1:]
         self._real_entries = real_end
-        draft = self._chain(predicted, real_end, k, sampler) if self.tree is None else self._tree(predicted, real_end, k, sampler)
+        draft = self._chain(predicted, real_end, k, sampler) if self.tree is None else self._tree(predicted, real_end, k, sampler, beside)
         return Draft(*draft, seconds=time.perf_counter() - started)
 
     def observe(self, accepted_count: int) -> None:
@@ -398,7 +400,7 @@ class EagleDrafter:
         probs = torch.stack(rows)
         return tuple(tokens), chain(k), probs, probs[torch.arange(k), tokens], k
 
-    def _tree(self, predicted: torch.Tensor, real_end: int, depth: int, sampler: Sampler) -> tuple:
+    def _tree(self, predicted: torch.Tensor, real_end: int, depth: int, sampler: Sampler, beside: Beside) -> tuple:
         """EAGLE-2: expand the `width` best nodes of each level (score: the product of draft
         probabilities along the path), one head pass per level, then keep the best nodes overall."""
         width = self.tree.width
@@ -438,16 +440,16 @@ class EagleDrafter:
             add_children(frontier, out)
             new = range(first_new, len(tokens))
             frontier = sorted(new, key=lambda n: -log_scores[n])[:width]
-        return self._best_nodes(tokens, parents, log_scores, confidence, passes=depth, context=real_end + 1)
+        return self._best_nodes(tokens, parents, log_scores, confidence, passes=depth, context=real_end + 1, beside=beside)
 
-    def _best_nodes(self, tokens, parents, log_scores, confidence, passes: int, context: int) -> tuple:
+    def _best_nodes(self, tokens, parents, log_scores, confidence, passes: int, context: int, beside: Beside) -> tuple:
         """The nodes worth verifying on this machine behind `context` tokens (tree.choose_size), parents first."""
         # Best first; a child never outscores its parent, and depth breaks ties, so any prefix is a tree.
         depth = depths(tuple(parents))
         ranked = sorted(range(len(tokens)), key=lambda n: (-log_scores[n], depth[n]))
         scores = [math.exp(log_scores[n]) for n in ranked]
         costs = None if self._curve is None else self._curve.step_costs(context, self._pass_cost)
-        count = choose_size(scores, costs, passes, self.tree.longest)
+        count = choose_size(scores, costs, passes, self.tree.longest, beside)
         kept = sorted(ranked[:count], key=lambda n: (depth[n], n))
         return (tuple(tokens[n] for n in kept), reindexed(parents, kept), None, torch.tensor([confidence[n] for n in kept]), passes)
 

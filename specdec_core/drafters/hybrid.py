@@ -12,6 +12,9 @@ the text copies a span (the last lookup guess was accepted whole) the lookup dra
 head's passes and side branches would only add cost there. The first guess accepted in part
 brings the head back; its cache catches up on the skipped positions in its next pass.
 
+The head's tree is sized with the lookup branch in the same pass (tree.Beside): its nodes widen the
+pass, and what they are expected to give counts toward the step's tokens.
+
 The head also has to earn its passes. On each step it ran, the tokens it gave and what the step
 cost in target passes (the merged tree's verification from the measured curve, plus its k passes
 at the c of a tree level, measured at load) are set against what the lookup alone would have given on the same
@@ -36,7 +39,7 @@ from ..tuning import CostCurve
 from .base import Draft
 from .eagle import EagleDrafter
 from .ngram import NgramDrafter
-from .tree import chain, reindexed
+from .tree import Beside, chain, reindexed
 
 # The past's weight for the lookup's acceptance: copied spans start and end abruptly, so it forgets within a few
 # steps (the adaptive k's estimate was 0.8 too until session 36; the hybrid was measured with this at 0.8 then).
@@ -101,7 +104,7 @@ class HybridDrafter:
             self._without_head += 1
             return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
         self._without_head = 0
-        tree = self.head.propose(context, k, sampler)
+        tree = self.head.propose(context, k, sampler, Beside(len(guess), self._expected_tokens(len(guess))))
         draft = _merge(guess, tree, seconds=time.perf_counter() - started)
         self._head_step = (len(draft.tokens), tree.passes)
         return draft
@@ -131,6 +134,11 @@ class HybridDrafter:
     def _head_pays(self) -> bool:
         with_rate, without_rate = self._with[0] / self._with[1], self._without[0] / self._without[1]
         return with_rate >= without_rate or self._without_head >= self.PROBE_EVERY
+
+    def _expected_tokens(self, length: int) -> float:
+        """Draft tokens a lookup guess of this length is expected to have accepted: a + a^2 + ... + a^length."""
+        a = self._agreed / self._judged if self._judged else 0.0
+        return sum(a**i for i in range(1, length + 1))
 
     def _length(self, k: int, curve: CostCurve | None) -> int:
         """The lookup guess's length: the most expected tokens per unit of verification cost, at least k."""

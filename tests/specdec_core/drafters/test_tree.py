@@ -12,7 +12,7 @@ from specdec_core.events import PlainStep
 from specdec_core.drafters.base import Draft
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.hybrid import HybridDrafter
-from specdec_core.drafters.tree import attention_mask, chain, choose_size, depths, positions
+from specdec_core.drafters.tree import Beside, attention_mask, chain, choose_size, depths, positions
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
 from specdec_core.tuning import CostCurve
@@ -83,6 +83,20 @@ def test_choose_size_keeps_nodes_while_they_pay_for_a_wider_pass():
     assert choose_size(scores, None, 1, 3) == 3
     # Drafting already paid for makes a wider pass relatively cheaper: never fewer nodes with more passes spent.
     assert choose_size(scores, steep.step_costs(100, 0.1), 6, 16) >= choose_size(scores, steep.step_costs(100, 0.1), 1, 16)
+
+
+def test_a_tree_is_sized_with_the_nodes_verified_beside_it():
+    """A pass as dear for 1-8 tokens, three times dearer from 9 (the Xeon's step at 9, made stark): alone a tree
+    fills the 8 tokens (7 nodes and the fed token); beside a 3-token lookup guess in the same pass it keeps 4 nodes."""
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15]
+    stepped = CostCurve((0.05,) * 8 + (0.15,) * 9).step_costs(100, 0.0)
+    assert choose_size(scores, stepped, 3, 16) == 7
+    assert choose_size(scores, stepped, 3, 16, Beside(nodes=3, expected_tokens=0.5)) == 4
+    # What the nodes beside it give counts toward the step: the surer the guess, the more the step already yields per
+    # unit of cost, and the fewer of the head's nodes pay for their share of a wider pass.
+    steep = CostCurve(tuple(0.05 * (1 + 0.3 * n) for n in range(17))).step_costs(100, 0.1)
+    sizes = [choose_size(scores, steep, 3, 16, Beside(3, expected)) for expected in (0.0, 1.0, 2.5)]
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0]
 
 
 # ---- KV compaction ---------------------------------------------------------------------------------
@@ -208,6 +222,20 @@ def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target,
     assert copies and max(s.drafted_count for s in copies) > 2  # longer than k, the head not run
     assert all(s.is_chain for s in copies)
     assert any(s.draft_passes for s in steps)  # the head ran before the copy was found
+
+
+def test_hybrid_sizes_the_heads_tree_beside_its_lookup_guess(target, head):
+    """Each head tree is sized with the step's lookup guess in its pass, and what the guess is expected to give."""
+    prompt = PROMPT * 3  # repetitive: the lookup has something to offer
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17))
+    asked, propose = [], drafter.head.propose
+    drafter.head.propose = lambda context, k, sampler, beside: asked.append((beside, len(drafter._guess))) or propose(context, k, sampler, beside)
+    config = GenerationConfig(max_new_tokens=40)
+    events = list(speculative(target, drafter, prompt, config, DraftConfig(k=3)))
+    assert generated_tokens(events) == generated_tokens(autoregressive(target, prompt, config))
+    assert asked and all(beside.nodes == guess for beside, guess in asked)
+    assert any(beside.nodes for beside, _ in asked)  # the lookup had a guess beside the head
+    assert all(0.0 <= beside.expected_tokens <= beside.nodes for beside, _ in asked)
 
 
 def test_hybrid_takes_a_k_past_its_longest_lookup(target, head):
