@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 PACKED, STOCK, INT8, MKL_PACKED = "packed", "stock", "int8", "mkl-packed"
 PACKED_KERNELS = (PACKED, MKL_PACKED)  # the kernels that compute from a packed copy of the weight
-MKL_PACK_ROWS = 8  # the row count MKL packs for; the pack computes every row count, bit for bit alike
+MKL_PACK_ROWS = 8  # the row count MKL packs for; the pack computes every row count (from 2 on bit for bit alike)
 
 # kernel -> module -> ((data_ptr, dtype, version) of the weight it was packed from, what that kernel reads)
 _packed: dict[str, weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple, object]]] = {
@@ -173,12 +173,17 @@ _DEFAULT_PLAN = KernelPlan()
 
 
 def set_kernel_plan(model: torch.nn.Module, plan: KernelPlan) -> None:
-    """Applies plan to every patched linear of model; drops the packed copies it never reads."""
+    """Applies plan to every patched linear of model: packs the copies it reads now (so the memory it takes shows at
+    load, and no first pass over a new width pays for packing) and drops those it never reads."""
     for module in _patched_linears(model):
         _plans[module] = plan
-        if not module.weight.is_meta:
-            for kernel in set(PACKED_KERNELS) - plan.kernels:
+        if module.weight.is_meta:
+            continue
+        for kernel in PACKED_KERNELS:
+            if kernel not in plan.kernels:
                 _packed[kernel].pop(module, None)
+            elif supports(kernel, module.weight.dtype):
+                _packed_weight(module, kernel)
 
 
 def _prepacked_linear(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

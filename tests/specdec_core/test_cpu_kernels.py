@@ -171,16 +171,22 @@ def test_resident_bytes_count_every_copy_a_plan_keeps(cpu_path):
     def released(plan: KernelPlan) -> LlamaForCausalLM:
         model = speed_up_linears(tiny_tied_llama())
         set_kernel_plan(model, plan)
-        with torch.no_grad():
-            for rows in (1, 2, 5):  # every width of the plan: each kernel packs at its first call
-                model(IDS[:, :rows])
-        return release_dense_weights(model)
+        return release_dense_weights(model)  # no pass yet: setting the plan packed what it reads
 
     one_copy, three = released(KernelPlan(PACKED, PACKED)), released(KernelPlan(STOCK, PACKED, (), (MKL_PACKED,)))
     lm_head = one_copy.lm_head.weight.numel() * 4
     assert cpu_kernels.linear_weight_bytes(one_copy) == cpu_kernels.linear_weight_bytes(three) > lm_head
     extra = cpu_kernels.resident_bytes(three) - cpu_kernels.resident_bytes(one_copy)
     assert extra == 2 * cpu_kernels.linear_weight_bytes(one_copy) - lm_head  # the tied lm_head was dense in both
+
+
+def test_a_plan_packs_what_it_reads_when_set_and_drops_the_rest(cpu_path):
+    model = speed_up_linears(tiny_tied_llama())
+    up = model.model.layers[0].mlp.up_proj
+    set_kernel_plan(model, KernelPlan(STOCK, PACKED, (), (MKL_PACKED,)))
+    assert up in cpu_kernels._packed[PACKED] and (up in cpu_kernels._packed[MKL_PACKED]) == torch.backends.mkl.is_available()
+    set_kernel_plan(model, KernelPlan(STOCK, STOCK))
+    assert up not in cpu_kernels._packed[PACKED] and up not in cpu_kernels._packed[MKL_PACKED]
 
 
 def test_mkl_packed_gemm_runs_stock_in_bfloat16(cpu_path, kernel_calls):
