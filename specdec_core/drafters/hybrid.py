@@ -34,7 +34,7 @@ import torch
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from ..schedule import ADAPTIVE_LONGEST
-from ..theory import expected_speedup
+from ..theory import expected_speedup, expected_tokens_per_step
 from ..tuning import CostCurve
 from .base import Draft
 from .eagle import EagleDrafter
@@ -104,7 +104,8 @@ class HybridDrafter:
             self._without_head += 1
             return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
         self._without_head = 0
-        tree = self.head.propose(context, k, sampler, Beside(len(guess), self._expected_tokens(len(guess))))
+        guessed = expected_tokens_per_step(self._lookup_acceptance, len(guess)) - 1.0  # the drafts, not the pass's own token
+        tree = self.head.propose(context, k, sampler, Beside(len(guess), guessed))
         draft = _merge(guess, tree, seconds=time.perf_counter() - started)
         self._head_step = (len(draft.tokens), tree.passes)
         return draft
@@ -135,16 +136,16 @@ class HybridDrafter:
         with_rate, without_rate = self._with[0] / self._with[1], self._without[0] / self._without[1]
         return with_rate >= without_rate or self._without_head >= self.PROBE_EVERY
 
-    def _expected_tokens(self, length: int) -> float:
-        """Draft tokens a lookup guess of this length is expected to have accepted: a + a^2 + ... + a^length."""
-        a = self._agreed / self._judged if self._judged else 0.0
-        return sum(a**i for i in range(1, length + 1))
+    @property
+    def _lookup_acceptance(self) -> float:
+        """The lookup's per-token acceptance in this run (decayed); 0 before any guess was judged."""
+        return self._agreed / self._judged if self._judged else 0.0
 
     def _length(self, k: int, curve: CostCurve | None) -> int:
         """The lookup guess's length: the most expected tokens per unit of verification cost, at least k."""
         if curve is None or not self._judged:
             return k
-        a = self._agreed / self._judged
+        a = self._lookup_acceptance
         return max(range(k, max(k, self.LONGEST_LOOKUP) + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1)))
 
 
