@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
@@ -25,25 +26,34 @@ class NgramDrafter:
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
-        tokens = self._lookup(context, k)
+        tokens = self.continuation(context, self.match(context), k)
         return Draft(tokens, chain(len(tokens)), None, None, 0, time.perf_counter() - started)
 
-    def _lookup(self, context: list[int], k: int) -> tuple[int, ...]:
-        length = len(context)
-        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            pattern = context[-n:]
-            best: list[int] = []
-            # Latest match first: recent text predicts the continuation best. A match too close to the
-            # end (inside a repeating run) leaves fewer than k tokens after it: an earlier one may not.
-            for start in range(length - n - 1, -1, -1):
-                if context[start : start + n] == pattern:
-                    continuation = context[start + n : start + n + k]
-                    if len(continuation) == k:
-                        return tuple(continuation)
-                    best = max(best, continuation, key=len)
-            if best:
-                return tuple(best)
-        return ()
+    def match(self, context: list[int]) -> int:
+        """The longest n (max_ngram down to min_ngram) whose last n tokens occurred earlier in the context; 0 if
+        none. A longer match is the surer guess (the hybrid keeps an acceptance per n)."""
+        for n in range(min(self.max_ngram, len(context) - 1), self.min_ngram - 1, -1):
+            if next(_starts(context, n), None) is not None:
+                return n
+        return 0
+
+    def continuation(self, context: list[int], n: int, k: int) -> tuple[int, ...]:
+        """Up to k tokens that followed an earlier occurrence of the last n. Latest match first: recent text
+        predicts the continuation best. A match too close to the end (inside a repeating run) leaves fewer than
+        k tokens after it: an earlier one may not."""
+        best: list[int] = []
+        for start in _starts(context, n) if n else ():
+            continuation = context[start + n : start + n + k]
+            if len(continuation) == k:
+                return tuple(continuation)
+            best = max(best, continuation, key=len)
+        return tuple(best)
 
     def observe(self, accepted_count: int) -> None:
         """Nothing to learn: the text itself is the model."""
+
+
+def _starts(context: list[int], n: int) -> Iterator[int]:
+    """Where the last n tokens occurred before, latest first."""
+    pattern = context[-n:]
+    return (start for start in range(len(context) - n - 1, -1, -1) if context[start : start + n] == pattern)

@@ -24,3 +24,12 @@ def test_a_match_inside_a_repeating_run_falls_back_to_an_earlier_one():
 def test_shorter_ngrams_only_when_longer_ones_never_occurred():
     assert lookup([1, 2, 8, 3, 2, 9, 3, 2], 2) == (9, 3)  # (3, 2) occurred: its continuation, not (2)'s latest
     assert lookup([1, 2, 3], 2) == ()
+
+
+def test_match_is_the_longest_ngram_that_occurred_before_and_propose_continues_it():
+    drafter = NgramDrafter()
+    context = [1, 2, 8, 3, 2, 9, 3, 2]
+    assert drafter.match(context) == 2  # (3, 2) occurred; (9, 3, 2) did not
+    assert drafter.continuation(context, 2, 2) == lookup(context, 2) == (9, 3)
+    assert drafter.continuation(context, 1, 2) == (9, 3)  # the latest (2) leaves room for 2 tokens too
+    assert drafter.match([1, 2, 3]) == 0 and drafter.continuation([1, 2, 3], 0, 2) == ()

@@ -238,6 +238,17 @@ def test_hybrid_sizes_the_heads_tree_beside_its_lookup_guess(target, head):
     assert all(0.0 <= beside.expected_tokens <= beside.nodes for beside, _ in asked)
 
 
+def test_hybrid_sizes_a_guess_by_what_guesses_after_matches_as_long_kept(head):
+    """A guess continuing the last 3 tokens is sized by what such guesses kept in this run, not by what guesses
+    after 1-token matches kept; a match length with no guess judged yet gets k."""
+    curve = CostCurve(tuple(0.01 * (1 + 0.04 * n) for n in range(17)))  # each token in the pass costs 4% more
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=curve)
+    drafter._judged[3], drafter._agreed[3] = 10.0, 9.5
+    drafter._judged[1], drafter._agreed[1] = 10.0, 2.0
+    assert drafter._length(2, curve, 3) > drafter._length(2, curve, 1) == 2
+    assert drafter._length(2, curve, 2) == 2
+
+
 def test_hybrid_takes_a_k_past_its_longest_lookup(target, head):
     """DraftConfig allows k up to MAX_DRAFT_TOKENS, past the lookup's longest (its length was chosen from an empty
     range there, and raised); the merged tree, wider than any measured pass, is priced along the curve's last step."""
