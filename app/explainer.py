@@ -94,8 +94,9 @@ frequent tokens. Its cost per pass, measured on this machine, is listed under *T
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
 lookup in one tree: {_agreement_sentence(agreement)} While the answer
-copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens); where the head's passes earn less than they
-cost, it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
+copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens), and each guess is as long as what guesses
+after matches of its length (the last 3, 2 or 1 tokens found earlier) kept in this run pays for; where the head's passes earn less than
+they cost, it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
 
 
 def _epochs_by_corpus(recipe: Sequence[dict]) -> str:
