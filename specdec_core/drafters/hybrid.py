@@ -44,7 +44,7 @@ from .ngram import NgramDrafter
 from .tree import Beside, chain, reindexed
 
 # The past's weight for the lookup's acceptance: copied spans start and end abruptly, so it forgets within a few
-# steps (the adaptive k's estimate was 0.8 too until session 36; the hybrid was measured with this at 0.8 then).
+# steps.
 LOOKUP_DECAY = 0.8
 # The head's ledger remembers longer (about ten steps): one step's accepted count swings from 0 to k,
 # and a head turned off by a short unlucky run is only tried again PROBE_EVERY steps later.

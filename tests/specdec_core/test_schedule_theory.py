@@ -142,7 +142,7 @@ def simulated_speedup(acceptance: float, curve: CostCurve, draft_cost: float, to
 
 
 def test_adaptive_k_costs_little_where_nothing_is_accepted_on_a_cpu_whose_wide_passes_are_dear():
-    """The Intel Xeon of session 32 (README, "The same head on an Intel Xeon with AMX"): T(2)/T(1) 1.19 behind a
+    """The Intel Xeon with AMX (bench/RESULTS.md, 2026-12-06, commit f826bc9): T(2)/T(1) 1.19 behind a
     long context, so every failed one-token probe costs a fifth of a step. Drafting still turns off fast enough
     and probes rarely enough to stay within 3% of plain decoding, and pays once drafts are accepted."""
     ratios = (1.0, 1.19, 1.22, 1.39, 1.39, 1.43, 1.53, 1.56, 1.63, 1.63, 1.74, 1.74, 1.83, 1.83, 1.97, 1.97, 2.08)

@@ -181,7 +181,7 @@ def test_depth_decay_weighs_the_unrolled_depths():
 
 
 def test_a_run_stopped_between_evaluations_resumes_to_the_same_head(tmp_path, monkeypatch):
-    """Checkpoints come every CHECKPOINT_MINUTES between evaluations too (a session's end loses at most that):
+    """Checkpoints come every CHECKPOINT_MINUTES between evaluations too (a stopped run loses at most that):
     stopped after every single step and resumed each time, training ends where an uninterrupted run ends."""
     from training import train_head
 
