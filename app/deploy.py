@@ -55,7 +55,10 @@ def deploy(space_id: str, api=None, root: Path = ROOT) -> str:
     api.create_repo(space_id, repo_type="space", space_sdk="gradio", exist_ok=True)
     files = [str(path) for path in space_files(root)]
     commit = api.upload_folder(
-        folder_path=str(root), repo_id=space_id, repo_type="space", allow_patterns=files,
+        folder_path=str(root),
+        repo_id=space_id,
+        repo_type="space",
+        allow_patterns=files,
         delete_patterns="*",  # files the Space held before and no longer runs go (the hub keeps .gitattributes)
         commit_message=f"Deploy {len(files)} files",
     )

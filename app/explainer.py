@@ -6,11 +6,12 @@ from collections.abc import Sequence
 
 from specdec_core import expected_speedup
 from specdec_core.drafters import DRAFT_EAGLE
-from specdec_core.drafters.eagle import AGREEMENT_NAME, CURVE_NAME, training_runs
+from specdec_core.drafters.eagle_head import AGREEMENT_NAME, CURVE_NAME, training_runs
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, HEADS_DIR
 from specdec_core.drafters.hybrid import HybridDrafter
 
-INTRO = r"""
+INTRO = (
+    r"""
 ### Why speculative decoding works
 
 A large model generates one token per forward pass, and on most hardware that pass costs about the
@@ -20,7 +21,8 @@ Speculative decoding exploits that. A cheap **draft** guesses the next $k$ token
 
 ### The acceptance rule (Leviathan et al. 2022; Chen et al. 2023)
 
-With $p_i$ the target's and $q_i$ the draft's distribution at position $i$ (after the same temperature, top-k and top-p):
+With $p_i$ the target's and $q_i$ the draft's distribution at position $i$ """
+    r"""(after the same temperature, top-k and top-p):
 
 $$\text{accept } x_i \text{ with probability } \min\left(1, \frac{p_i(x_i)}{q_i(x_i)}\right)$$
 
@@ -33,7 +35,8 @@ $\arg\max p_i = x_i$; the first mismatch is replaced by $\arg\max p_i$.
 
 **Why the output is exactly the target's.** A token $x$ comes out either as an accepted draft,
 with probability $q(x)\min(1, p(x)/q(x)) = \min(q(x), p(x))$, or through a rejection followed by the residual,
-with probability $\big(1 - \sum_y \min(p(y), q(y))\big)\cdot \frac{\max(0, p(x) - q(x))}{\sum_y \max(0, p(y)-q(y))} = p(x) - \min(p(x), q(x))$.
+with probability $\big(1 - \sum_y \min(p(y), q(y))\big)\cdot """
+    r"""\frac{\max(0, p(x) - q(x))}{\sum_y \max(0, p(y)-q(y))} = p(x) - \min(p(x), q(x))$.
 The two add up to $p(x)$: no quality is lost, whatever the draft. The draft only decides the speed.
 
 ### How much faster?
@@ -47,7 +50,8 @@ and if one draft step costs $c$ target steps, the expected speedup over plain de
 $$S(a, c, k) = \frac{1 - a^{k+1}}{(1 - a)(k\,c + 1)}$$
 
 A longer draft helps only while $a$ is high and $c$ low. Predictable text (JSON, code edits, copying from the prompt)
-has high $a$; creative text sampled at temperature 1 has low $a$, and speculation can then be slower than plain decoding.
+has high $a$; creative text sampled at temperature 1 has low $a$, and speculation can then be slower """
+    r"""than plain decoding.
 The formula assumes verifying $k$ tokens costs one ordinary pass. On a GPU that is nearly true; on a CPU a pass over
 $k+1$ tokens costs more, by a factor $T(k+1)/T(1)$ that this app measures on the machine it runs on (below), so
 
@@ -56,6 +60,7 @@ $$S(a, c, k) = \frac{E[\text{tokens per pass}]}{T(k+1)/T(1) + k\,c}$$
 The chart shows both: the ideal, and the same $a$, $c$, $k$ with this machine's measured cost curve.
 Move the sliders, then compare with the star: the speedup measured in your last race, at its measured $a$ and $c$.
 """
+)
 
 MACHINE_INTRO = """### This machine's costs
 Every cost here is measured on the machine the app runs on, when a model first loads (a few seconds, then cached
@@ -84,23 +89,28 @@ def head_intro(curve: list[dict], agreement: dict[str, list[float]], recipe: Seq
     (agreement.json)."""
     end = curve[-1]
     corpora = _epochs_by_corpus(recipe)
-    seen = f"{end['train_tokens'] / 1e6:.2f}M answer tokens seen over {end['epoch']:g} epochs" + (f" ({corpora})" if corpora else "")
+    seen = f"{end['train_tokens'] / 1e6:.2f}M answer tokens seen over {end['epoch']:g} epochs" + (
+        f" ({corpora})" if corpora else ""
+    )
     return f"""### The embedded model's draft: an EAGLE head trained here
 No small model of SmolLM2-135M's family exists, so its draft is a learned **draft head** (EAGLE, Li et al.
 2024): one decoder layer of the target's own architecture that reads the target's last hidden state and the next
 token, predicts the next hidden state, and scores it with the target's own frozen lm_head cut to its 16,384 most
-frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained on the target's own answers to prompts the target wrote itself
+frequent tokens. Its cost per pass, measured on this machine, is listed under *This machine's costs*. It was trained \
+on the target's own answers to prompts the target wrote itself
 ({seen}; the corpora hold user turns, chats, task families and passages;
 `python -m training.train_head --corpus`); the curve shows how often its guess equals the target's greedy choice,
 per draft position, on **held-out conversations it never saw**. The default drafter puts the head's tree and n-gram
 lookup in one tree: {_agreement_sentence(agreement)} While the answer
-copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens), and each guess is as long as what guesses
-after matches of its length (the last 3, 2 or 1 tokens found earlier) kept in this run pays for; where the head's passes earn less than
+copies a span, the lookup drafts alone and longer (up to {HybridDrafter.LONGEST_LOOKUP} tokens), and each guess \
+is as long as what guesses
+after matches of its length (the last 3, 2 or 1 tokens found earlier) kept in this run pays for; \
+where the head's passes earn less than
 they cost, it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."""
 
 
 def _epochs_by_corpus(recipe: Sequence[dict]) -> str:
-    """"4 over `data/draft-corpus`, 1 over `data/draft-corpus-2`": the epochs each corpus was read, over the runs."""
+    """ "4 over `data/draft-corpus`, 1 over `data/draft-corpus-2`": the epochs each corpus was read, over the runs."""
     epochs = Counter()
     for run in recipe:
         if run.get("corpus"):
@@ -115,9 +125,11 @@ def _agreement_sentence(agreement: dict[str, list[float]]) -> str:
     if not by_category:
         return f"n-gram {copies}"
     weakest, strongest = min(by_category, key=by_category.get), max(by_category, key=by_category.get)
-    return (f"on prompts no one here trained on, the head alone guesses the first token right "
-            f"{by_category[weakest]:.0%} ({weakest.replace('_', ' ')}) to {by_category[strongest]:.0%} "
-            f"({strongest.replace('_', ' ')}) of the time by category ({agreement['all'][0]:.2f} over all), and {copies}")
+    return (
+        f"on prompts no one here trained on, the head alone guesses the first token right "
+        f"{by_category[weakest]:.0%} ({weakest.replace('_', ' ')}) to {by_category[strongest]:.0%} "
+        f"({strongest.replace('_', ' ')}) of the time by category ({agreement['all'][0]:.2f} over all), and {copies}"
+    )
 
 
 def _shipped_head_file(name: str) -> dict:
@@ -140,11 +152,13 @@ def head_realistic_agreement() -> dict[str, list[float]]:
     (`bench --agreement --save-beside`), or {} when it was not measured."""
     return _shipped_head_file(AGREEMENT_NAME).get("suites", {}).get("realistic", {})
 
+
 TREE_INTRO = """### Chains and trees
 A chain drafts one guess per position; a **tree** (EAGLE-2, SpecInfer) drafts several, and one target pass checks
 them all with a tree attention mask: each guess sees only its own ancestors. A level is accepted when *any* of its
 guesses is right, so a tree gains where the draft's second or third choice is often the right one (the template-trained
-head shipped before this one: top-1 / top-3 agreement 0.50 / 0.68 with the target on its own held-out prompts). The price is a wider
+head shipped before this one: top-1 / top-3 agreement 0.50 / 0.68 with the target on its own held-out prompts). \
+The price is a wider
 verification pass: on a GPU nearly free, on a CPU measured by $T(n)/T(1)$ below. So the app sizes every tree from
 this machine's curve: of the guesses ranked by their path's draft probability (the tokens each is expected to
 add), it keeps the number that gives the most expected tokens per unit of the step's cost, the wider pass and the

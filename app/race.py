@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from specdec_core import Event, Finished, SpecStep, Summary, generated_tokens
 from specdec_core.events import Step
-from specdec_core.stats import cost_ratio, draft_pass_seconds, plain_step_seconds
+from specdec_core.stats import c_in_run, draft_pass_seconds, plain_step_seconds
 
 PLAIN = "plain"
 SPEC = "spec"
@@ -99,9 +99,9 @@ class Race:
         return sum(s.accepted_count for s in self.spec_steps) / drafted if drafted else None
 
     @property
-    def cost_ratio(self) -> float | None:
+    def c(self) -> float | None:
         """c: one draft pass over one plain target step, from this race's own timings."""
-        return cost_ratio(draft_pass_seconds(self.spec.steps), plain_step_seconds(self.plain.steps))
+        return c_in_run(draft_pass_seconds(self.spec.steps), plain_step_seconds(self.plain.steps))
 
     @property
     def identical(self) -> bool | None:

@@ -1,4 +1,5 @@
-"""build_ui(): the Blocks layout and its event wiring. Handlers live in handlers.py, views in views.py."""
+"""build_ui(): the Blocks layout and its event wiring. Each tab's handlers live in race_handlers.py,
+workload_handlers.py and explainer_handlers.py; views in views.py and charts.py."""
 
 from __future__ import annotations
 
@@ -9,10 +10,18 @@ import gradio as gr
 
 from specdec_core.sources import public_mode, public_parameter_bound
 
-from . import handlers, limits, views
-from . import charts
+from . import charts, explainer_handlers, limits, race_handlers, views, workload_handlers
+from .explainer import (
+    HEADLINES,
+    INTRO,
+    MACHINE_INTRO,
+    STEP_INTRO,
+    TREE_INTRO,
+    head_intro,
+    head_realistic_agreement,
+    head_training,
+)
 from .presets import PRESETS, default_target
-from .explainer import HEADLINES, INTRO, MACHINE_INTRO, STEP_INTRO, TREE_INTRO, head_intro, head_realistic_agreement, head_training
 from .workloads import CUSTOM, EVAL_PER_SET, builtin_sets, race_presets, set_choices
 from .zerogpu import gpu_handler
 
@@ -27,8 +36,9 @@ def build_ui(notice: str | None = None) -> gr.Blocks:
         last_race = gr.State(None)  # per browser session: the last race, for the explainer
         gr.Markdown(
             "# Speculative decoding, shown and measured\n"
-            "A small **draft** guesses several tokens; the large **target** checks them all in one pass and keeps those "
-            "it agrees with. The output is exactly the target's; only the speed changes, and by how much depends on your text."
+            "A small **draft** guesses several tokens; the large **target** checks them all in one pass and keeps "
+            "those it agrees with. The output is exactly the target's; only the speed changes, and by how much depends "
+            "on your text."
         )
         if notice:
             gr.Markdown(f"<p class='note' id='default-notice'>{html.escape(notice)}</p>")
@@ -40,7 +50,7 @@ def build_ui(notice: str | None = None) -> gr.Blocks:
             with gr.Tab("Explainer", id="explainer") as explainer_tab:
                 _explainer_tab(last_race, explainer_tab)
         # The drafter labels carry each drafter's c once measured here: a page opened after the warm-up shows it.
-        demo.load(handlers.drafter_choices, race["target"], race["drafter"], api_visibility="private")
+        demo.load(race_handlers.drafter_choices, race["target"], race["drafter"], api_visibility="private")
     return demo
 
 
@@ -51,29 +61,41 @@ def _race_tab(last_race: gr.State) -> dict:
                 label="Prompt",
                 lines=5,
                 value=builtin_sets()["structured"]["prompts"][0]["text"],
-                info=f"Sent as a user turn in the model's chat template; at most {limits.MAX_PROMPT_CHARS:,} characters.",
+                info=f"Sent as a user turn in the model's chat template; "
+                f"at most {limits.MAX_PROMPT_CHARS:,} characters.",
             )
-            labels, texts = zip(*race_presets())
-            gr.Examples(examples=[[t] for t in texts], inputs=[prompt], example_labels=list(labels), label="Workload presets", cache_examples=False)
+            labels, texts = zip(*race_presets(), strict=True)
+            gr.Examples(
+                examples=[[t] for t in texts],
+                inputs=[prompt],
+                example_labels=list(labels),
+                label="Workload presets",
+                cache_examples=False,
+            )
             with gr.Row():
                 run = gr.Button("Race", variant="primary")
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column(scale=2):
             target = gr.Dropdown(
-                choices=[(p.label, p.target) for p in PRESETS], value=default_target(), label="Target model", allow_custom_value=True,
+                choices=[(p.label, p.target) for p in PRESETS],
+                value=default_target(),
+                label="Target model",
+                allow_custom_value=True,
                 info=_target_info(),
             )
-            drafter = handlers.drafter_choices(default_target())
+            drafter = race_handlers.drafter_choices(default_target())
             drafter.label, drafter.allow_custom_value, drafter.elem_id = "Drafter", True, "drafter"
             drafter.info = (
                 "Must share the target's tokenizer. c: one draft pass over one target pass, measured on this machine. "
                 "The EAGLE head is a small draft trained here for the embedded model; the bfloat16 copy agrees almost "
                 "always; early exit is a deliberately bad draft."
             )
-            running = gr.HTML(handlers.running_line(default_target(), drafter.value))
+            running = gr.HTML(race_handlers.running_line(default_target(), drafter.value))
             with gr.Row():
                 k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
-                adaptive = gr.Checkbox(value=False, label="Adaptive k", info="picks k from measured a and cost; 0 when drafts lose")
+                adaptive = gr.Checkbox(
+                    value=False, label="Adaptive k", info="picks k from measured a and cost; 0 when drafts lose"
+                )
             decoding = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding")
             with gr.Row():
                 temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", info="sampling only")
@@ -81,34 +103,59 @@ def _race_tab(last_race: gr.State) -> dict:
             with gr.Row():
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                 seed = gr.Number(value=0, minimum=0, precision=0, label="Seed")
-            max_new_tokens = gr.Slider(8, limits.MAX_NEW_TOKENS, value=96, step=8, label="Max new tokens", info=f"at most {limits.MAX_NEW_TOKENS}")
+            max_new_tokens = gr.Slider(
+                8,
+                limits.MAX_NEW_TOKENS,
+                value=96,
+                step=8,
+                label="Max new tokens",
+                info=f"at most {limits.MAX_NEW_TOKENS}",
+            )
     gr.HTML(views.legend_html())
     with gr.Row(equal_height=True):
         plain_pane = gr.HTML(elem_id="plain-pane")
         spec_pane = gr.HTML(elem_id="spec-pane")
-    inline_rejected = gr.Checkbox(value=False, label="Show refused drafts inline",
-                                  info="off: one ✕n marker per step (hover it to list them), so the pane reads as the output")
+    inline_rejected = gr.Checkbox(
+        value=False,
+        label="Show refused drafts inline",
+        info="off: one ✕n marker per step (hover it to list them), so the pane reads as the output",
+    )
     with gr.Row():
         with gr.Column(scale=3):
-            tree_plot = gr.Plot(label="Draft tree of one step (a chain is a tree with one branch); hover a node for q, p, min(1, p/q)",
-                                elem_id="tree-view")
+            tree_plot = gr.Plot(
+                label="Draft tree of one step (a chain is a tree with one branch); hover a node for q, p, min(1, p/q)",
+                elem_id="tree-view",
+            )
         with gr.Column(scale=1):
-            tree_step = gr.Slider(1, 2, value=1, step=1, label="Step", info="follows the race live; drag to replay",
-                                  interactive=False, elem_id="tree-step")
-            gr.Markdown("<p class='note'>Green: the accepted path. Red: drafts the target judged and refused. Pale red: "
-                        "drafts below a refusal, never reached. Pale green: accepted after the answer's end token, so not emitted. "
-                        "Star: the target's correction (orange) or bonus (blue).</p>")
+            tree_step = gr.Slider(
+                1,
+                2,
+                value=1,
+                step=1,
+                label="Step",
+                info="follows the race live; drag to replay",
+                interactive=False,
+                elem_id="tree-step",
+            )
+            gr.Markdown(
+                "<p class='note'>Green: the accepted path. Red: drafts the target judged and refused. "
+                "Pale red: drafts below a refusal, never reached. Pale green: accepted after the answer's end "
+                "token, so not emitted. "
+                "Star: the target's correction (orange) or bonus (blue).</p>"
+            )
     summary = gr.HTML(elem_id="race-summary")
     plot = gr.Plot(label="Live charts", elem_id="race-charts")
     with gr.Accordion("Run details (JSON, as the API returns them)", open=False):
         details = gr.JSON(label="details")
-    gr.Markdown(f"<p class='note'>{handlers.TIMING_NOTE}<br>{limits.SUMMARY}</p>")
+    gr.Markdown(f"<p class='note'>{race_handlers.TIMING_NOTE}<br>{limits.SUMMARY}</p>")
 
-    target.change(handlers.drafter_choices, target, drafter, api_visibility="private")
-    drafter.change(handlers.running_line, [target, drafter], running, api_visibility="private", show_progress="hidden")
+    target.change(race_handlers.drafter_choices, target, drafter, api_visibility="private")
+    drafter.change(
+        race_handlers.running_line, [target, drafter], running, api_visibility="private", show_progress="hidden"
+    )
     event = gr.on(
         [run.click, prompt.submit],
-        gpu_handler(handlers.run_race),
+        gpu_handler(race_handlers.run_race),
         inputs=[prompt, target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens],
         outputs=[plain_pane, spec_pane, plot, summary, details, last_race, tree_plot, tree_step],
         api_name="race",
@@ -117,16 +164,21 @@ def _race_tab(last_race: gr.State) -> dict:
         show_progress="minimal",
     )
     stop.click(None, cancels=[event], api_visibility="private")
-    event.then(handlers.panes_view, [inline_rejected, last_race], [plain_pane, spec_pane], api_visibility="private")
-    inline_rejected.change(handlers.panes_view, [inline_rejected, last_race], [plain_pane, spec_pane], api_visibility="private")
-    tree_step.input(handlers.tree_view, [tree_step, last_race], tree_plot, api_visibility="private", show_progress="hidden")
+    panes = [plain_pane, spec_pane]
+    event.then(race_handlers.panes_view, [inline_rejected, last_race], panes, api_visibility="private")
+    inline_rejected.change(race_handlers.panes_view, [inline_rejected, last_race], panes, api_visibility="private")
+    tree_step.input(
+        race_handlers.tree_view, [tree_step, last_race], tree_plot, api_visibility="private", show_progress="hidden"
+    )
     return {"target": target, "drafter": drafter, "k": k, "adaptive": adaptive}
 
 
 def _target_info() -> str:
     if public_mode():
-        return (f"A preset, or a hub id of a model up to {public_parameter_bound() / 1e9:.0f}B parameters. "
-                "Local files and folders are turned off in this public demo.")
+        return (
+            f"A preset, or a hub id of a model up to {public_parameter_bound() / 1e9:.0f}B parameters. "
+            "Local files and folders are turned off in this public demo."
+        )
     return "A preset, or any hub id / local folder / .gguf path. Hub models need network access."
 
 
@@ -138,15 +190,24 @@ def _workload_tab(race: dict) -> None:
     )
     with gr.Row():
         with gr.Column():
-            named = {"structured": "structured (JSON, code edit, list, extraction, copying)", "creative": "creative (poem, story, brainstorm)"}
+            named = {
+                "structured": "structured (JSON, code edit, list, extraction, copying)",
+                "creative": "creative (poem, story, brainstorm)",
+            }
             sets = gr.CheckboxGroup(
                 [(named.get(name, label), name) for label, name in set_choices()] + [("your prompts", CUSTOM)],
-                value=["structured", "creative"], label="Prompt sets",
-                info=f"at most {limits.MAX_WORKLOAD_PROMPTS} prompts per check. Spec-Bench (Xia et al. 2024, first turns, "
-                     f"{EVAL_PER_SET} per task) and the realistic held-out set are greedy, for reading against published numbers.",
+                value=["structured", "creative"],
+                label="Prompt sets",
+                info=f"at most {limits.MAX_WORKLOAD_PROMPTS} prompts per check. Spec-Bench (Xia et al. 2024, "
+                f"first turns, {EVAL_PER_SET} per task) and the realistic held-out set are greedy, for reading "
+                "against published numbers.",
             )
-            own_prompts = gr.Textbox(label="Your prompts, one per line", lines=4, placeholder="Summarise this ticket: ...")
-            own_temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature for your prompts (0 = greedy)")
+            own_prompts = gr.Textbox(
+                label="Your prompts, one per line", lines=4, placeholder="Summarise this ticket: ..."
+            )
+            own_temperature = gr.Slider(
+                0.0, 2.0, value=0.0, step=0.05, label="Temperature for your prompts (0 = greedy)"
+            )
             max_new_tokens = gr.Slider(8, limits.MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens per prompt")
             with gr.Row():
                 run = gr.Button("Run workload check", variant="primary")
@@ -155,12 +216,21 @@ def _workload_tab(race: dict) -> None:
             status = gr.Markdown("Results appear here prompt by prompt.")
             downloads = gr.File(label="Download results (CSV, JSON)", file_count="multiple", interactive=False)
     table = gr.Dataframe(
-        headers=[handlers.COLUMN_HEADERS[c] for c in handlers.TABLE_COLUMNS], label="Per prompt", interactive=False, wrap=True
+        headers=_headers(workload_handlers.TABLE_COLUMNS), label="Per prompt", interactive=False, wrap=True
     )
     chart = gr.Plot(label="Speedup and acceptance per prompt")
     event = run.click(
-        gpu_handler(handlers.run_workload),
-        inputs=[sets, own_prompts, own_temperature, race["target"], race["drafter"], race["k"], race["adaptive"], max_new_tokens],
+        gpu_handler(workload_handlers.run_workload),
+        inputs=[
+            sets,
+            own_prompts,
+            own_temperature,
+            race["target"],
+            race["drafter"],
+            race["k"],
+            race["adaptive"],
+            max_new_tokens,
+        ],
         outputs=[status, table, chart, downloads],
         api_name="workload_check",
         concurrency_id=GENERATION,
@@ -178,10 +248,9 @@ def _workload_tab(race: dict) -> None:
             sweep_status = gr.Markdown()
         with gr.Column():
             sweep_chart = gr.Plot(label="Speedup vs k")
-    sweep_columns = ["k", "speedup", "acceptance_rate", "mean_accepted_length"]
-    sweep_table = gr.Dataframe(headers=[handlers.COLUMN_HEADERS[c] for c in sweep_columns], interactive=False)
+    sweep_table = gr.Dataframe(headers=_headers(workload_handlers.SWEEP_COLUMNS), interactive=False)
     sweep_run.click(
-        gpu_handler(handlers.run_sweep),
+        gpu_handler(workload_handlers.run_sweep),
         inputs=[sweep_prompt, race["target"], race["drafter"], sweep_tokens],
         outputs=[sweep_status, sweep_chart, sweep_table],
         api_name="k_sweep",
@@ -191,12 +260,16 @@ def _workload_tab(race: dict) -> None:
     )
 
 
+def _headers(columns: list[str]) -> list[str]:
+    return [workload_handlers.COLUMN_HEADERS[c] for c in columns]
+
+
 def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     gr.Markdown(INTRO, latex_delimiters=LATEX)
     with gr.Row():
         with gr.Column(scale=1):
             a = gr.Slider(0.0, 0.99, value=0.8, step=0.01, label="Acceptance rate a")
-            c = gr.Slider(0.0, 1.5, value=0.2, step=0.01, label="Cost ratio c (draft step / target step)")
+            c = gr.Slider(0.0, 1.5, value=0.2, step=0.01, label="c: one draft pass over one target pass")
             k = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             use_last = gr.Button("Use my last race's a, c and k")
         with gr.Column(scale=2):
@@ -205,8 +278,14 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     gr.Markdown(TREE_INTRO, latex_delimiters=LATEX)
     with gr.Row():
         with gr.Column(scale=1):
-            top_width = gr.Slider(0.0, 0.99, value=0.68, step=0.01, label="Agreement of the best of the tree's guesses per level",
-                                  info="top-3 for a tree of 3 per level; the chain uses a above")
+            top_width = gr.Slider(
+                0.0,
+                0.99,
+                value=0.68,
+                step=0.01,
+                label="Agreement of the best of the tree's guesses per level",
+                info="top-3 for a tree of 3 per level; the chain uses a above",
+            )
             width = gr.Slider(2, 4, value=3, step=1, label="Guesses per level")
         with gr.Column(scale=2):
             tree_theory = gr.Plot(label="Chain against tree, with this machine's cost curve", elem_id="tree-theory")
@@ -216,7 +295,11 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     curve, recipe = head_training()
     if curve:
         gr.Markdown(head_intro(curve, head_realistic_agreement(), recipe))
-        gr.Plot(charts.learning_curve_figure(curve, recipe), label="Draft head: held-out agreement while training", elem_id="head-curve")
+        gr.Plot(
+            charts.learning_curve_figure(curve, recipe),
+            label="Draft head: held-out agreement while training",
+            elem_id="head-curve",
+        )
     gr.Markdown(STEP_INTRO)
     with gr.Row():
         previous = gr.Button("◀ previous step", size="sm")
@@ -226,19 +309,33 @@ def _explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
 
     sliders = [a, c, k]
     for slider in sliders:
-        slider.change(handlers.theory_view, sliders + [last_race], theory, api_visibility="private", show_progress="hidden")
+        slider.change(
+            explainer_handlers.theory_view,
+            sliders + [last_race],
+            theory,
+            api_visibility="private",
+            show_progress="hidden",
+        )
     tree_inputs = [a, top_width, width, c, last_race]
     for slider in (a, c, top_width, width):
-        slider.change(handlers.tree_theory_view, tree_inputs, tree_theory, api_visibility="private", show_progress="hidden")
-    use_last.click(handlers.measured_values, last_race, sliders, api_visibility="private").then(
-        handlers.theory_view, sliders + [last_race], theory, api_visibility="private"
+        slider.change(
+            explainer_handlers.tree_theory_view,
+            tree_inputs,
+            tree_theory,
+            api_visibility="private",
+            show_progress="hidden",
+        )
+    use_last.click(explainer_handlers.measured_values, last_race, sliders, api_visibility="private").then(
+        explainer_handlers.theory_view, sliders + [last_race], theory, api_visibility="private"
     )
-    tab.select(handlers.step_slider, last_race, step, api_visibility="private").then(
-        handlers.step_view, [step, last_race], step_html, api_visibility="private"
-    ).then(handlers.theory_view, sliders + [last_race], theory, api_visibility="private").then(
-        handlers.machine_view, last_race, [machine, cost_plot], api_visibility="private"
-    ).then(handlers.tree_theory_view, tree_inputs, tree_theory, api_visibility="private")
-    step.change(handlers.step_view, [step, last_race], step_html, api_visibility="private", show_progress="hidden")
+    tab.select(explainer_handlers.step_slider, last_race, step, api_visibility="private").then(
+        explainer_handlers.step_view, [step, last_race], step_html, api_visibility="private"
+    ).then(explainer_handlers.theory_view, sliders + [last_race], theory, api_visibility="private").then(
+        explainer_handlers.machine_view, last_race, [machine, cost_plot], api_visibility="private"
+    ).then(explainer_handlers.tree_theory_view, tree_inputs, tree_theory, api_visibility="private")
+    step.change(
+        explainer_handlers.step_view, [step, last_race], step_html, api_visibility="private", show_progress="hidden"
+    )
     previous.click(lambda i: max(1, int(i) - 1), step, step, api_visibility="private")
     following.click(lambda i: int(i) + 1, step, step, api_visibility="private")
 

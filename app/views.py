@@ -98,8 +98,10 @@ def step_spans(step: Step, text: TokenText, inline_rejected: bool = False) -> It
             yield _span(text(step.draft_tokens[node]), REJECTED, f"{what} · {_node_probs(step, node)}")
     elif refused:
         listed = "; ".join(f"{text(step.draft_tokens[node])!r} ({what.split(' ')[0]})" for node, what in refused)
-        yield (f'<span class="tok tok-marker" title="{html.escape(f"{len(refused)} refused drafts: {listed}")}">'
-               f"✕{len(refused)}</span>")
+        yield (
+            f'<span class="tok tok-marker" title="{html.escape(f"{len(refused)} refused drafts: {listed}")}">'
+            f"✕{len(refused)}</span>"
+        )
     if step.next_emitted:
         outcome = step.next_outcome
         why = {CORRECTION: "target's correction", BONUS: "bonus token after the accepted path ended at a leaf"}.get(
@@ -132,22 +134,34 @@ def summary_html(race: Race) -> str:
     if plain is None or spec is None:
         return ""
     saved = plain.target_passes - spec.target_passes
-    identical = {None: "n/a: sampling keeps the distribution, not the exact tokens", True: "✔ identical", False: "✘ outputs differ"}[
-        race.identical
-    ]
+    identical = {
+        None: "n/a: sampling keeps the distribution, not the exact tokens",
+        True: "✔ identical",
+        False: "✘ outputs differ",
+    }[race.identical]
     rows = [
         ("tokens", f"{plain.tokens}", f"{spec.tokens}"),
-        ("target passes", f"{plain.target_passes}", f"{spec.target_passes} ({saved:+d} saved)" if saved >= 0 else f"{spec.target_passes}"),
+        (
+            "target passes",
+            f"{plain.target_passes}",
+            f"{spec.target_passes} ({saved:+d} saved)" if saved >= 0 else f"{spec.target_passes}",
+        ),
         ("draft passes", "0", f"{spec.draft_passes}"),
         ("acceptance rate (accepted / drafted)", "", _pct(spec.acceptance_rate)),
-        ("… by draft depth 1, 2, … (the path reached it)", "", " · ".join(f"{100 * r:.0f}%" for r in per_position_acceptance(race.spec.steps))),
+        (
+            "… by draft depth 1, 2, … (the path reached it)",
+            "",
+            " · ".join(f"{100 * r:.0f}%" for r in per_position_acceptance(race.spec.steps)),
+        ),
         ("mean tokens per target pass", "1.00", f"{spec.mean_accepted_length:.2f}"),
         ("tokens / s (own clock)", f"{plain.tokens_per_second:.1f}", f"{spec.tokens_per_second:.1f}"),
         ("speedup", "1.00×", f"{race.speedup:.2f}×" if race.speedup else "n/a"),
         ("stopped by", STOP_REASONS[plain.stop_reason], STOP_REASONS[spec.stop_reason]),
         ("greedy outputs", "", identical),
     ]
-    body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>" for a, b, c in rows)
+    body = "".join(
+        f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>" for a, b, c in rows
+    )
     return f'<table class="summary"><tr><th></th><th>target only</th><th>speculative</th></tr>{body}</table>'
 
 
@@ -175,9 +189,12 @@ def step_detail_html(step: SpecStep, index: int, total: int, text: TokenText) ->
     )
     shape = "a chain of" if step.is_chain else "a tree of"
     below = f"the {len(after_end)} accepted below it and " if after_end else ""
-    then = (f"then 1 {html.escape(outcome)} token from the target" if step.next_emitted else
-            f"the answer ended on accepted draft {len(step.emitted_path)}, an end token: {below}the target's own "
-            f"token {'were' if after_end else 'was'} not emitted")
+    then = (
+        f"then 1 {html.escape(outcome)} token from the target"
+        if step.next_emitted
+        else f"the answer ended on accepted draft {len(step.emitted_path)}, an end token: {below}the target's own "
+        f"token {'were' if after_end else 'was'} not emitted"
+    )
     head = (
         f"<p><b>Step {index + 1} of {total}</b>: the draft proposed {shape} {step.drafted_count} tokens in "
         f"{1000 * step.draft_seconds:.0f} ms; one target pass verified them in {1000 * step.verify_seconds:.0f} ms; "
@@ -200,7 +217,11 @@ def kernel_table(tuning: TargetTuning) -> list[str]:
     if not seconds:
         return []
     kernels = [kernel for kernel in KERNELS if kernel_key(kernel, 1) in seconds]
-    rows = ["", f"| tokens a pass | {' | '.join(KERNEL_NAMES[kernel] for kernel in kernels)} |", "|---" * (len(kernels) + 1) + "|"]
+    rows = [
+        "",
+        f"| tokens a pass | {' | '.join(KERNEL_NAMES[kernel] for kernel in kernels)} |",
+        "|---" * (len(kernels) + 1) + "|",
+    ]
     for width in range(1, KERNEL_WIDTHS + 1):
         cells = []
         for kernel in kernels:

@@ -58,7 +58,9 @@ def select_prompts(sets: list[str], own_prompts: str, own_temperature: float) ->
         lines = [line.strip() for line in (own_prompts or "").splitlines() if line.strip()]
         if not lines:
             raise SpecDecError("'your prompts' is selected but empty: write one prompt per line.")
-        prompts += [WorkloadPrompt(CUSTOM, f"#{i + 1} {line[:24]}", line, own_temperature) for i, line in enumerate(lines)]
+        prompts += [
+            WorkloadPrompt(CUSTOM, f"#{i + 1} {line[:24]}", line, own_temperature) for i, line in enumerate(lines)
+        ]
     if not prompts:
         raise SpecDecError("Choose at least one prompt set.")
     if len(prompts) > MAX_WORKLOAD_PROMPTS:
@@ -69,5 +71,7 @@ def select_prompts(sets: list[str], own_prompts: str, own_temperature: float) ->
 def race_presets() -> list[tuple[str, str]]:
     """(label, prompt text) pairs for the race tab's preset buttons."""
     return [
-        (f"{name}: {p['name']}", p["text"]) for name in ("structured", "creative") for p in builtin_sets()[name]["prompts"]
+        (f"{name}: {p['name']}", p["text"])
+        for name in ("structured", "creative")
+        for p in builtin_sets()[name]["prompts"]
     ]

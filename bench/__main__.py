@@ -4,9 +4,10 @@
     python -m bench --drafters     # acceptance and speedup of each offline drafter
     python -m bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
     python -m bench --suite spec_bench|realistic [--per-category 3] [--tokens 96]   # per category, every drafter
-    python -m bench --bandwidth [--compiled] [--force-avx2]   # plain decoding against the memory-bandwidth bound; profile by op
-    python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees by shape, and their modelled cost
-    python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3] [--save-beside]   # teacher-forced agreement on the evaluation sets
+    python -m bench --bandwidth [--force-avx2]   # plain decoding against the memory-bandwidth bound; profile by op
+    python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees, their modelled cost
+    python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3] [--save-beside]
+                                   # teacher-forced agreement on the evaluation sets
 
 The prompts are the held-out split of the draft head's training prompts (training/draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
@@ -22,29 +23,29 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import statistics
-from datetime import datetime, timezone
+import sys
+from datetime import UTC, datetime
 
 import torch
 
-from specdec_core.cpu_kernels import force_avx2_path
 from specdec_core.config import DraftConfig, SamplingConfig
-from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EARLY_EXIT, DRAFT_NGRAM, make_drafter, reduced_copy
-from specdec_core.models import load_model, load_stock
-from specdec_core.sources import EMBEDDED_ID
-from specdec_core.prompts import encode_prompt, stop_token_ids
-from specdec_core.stats import cost_ratio
-from specdec_core.theory import expected_speedup
+from specdec_core.cpu_kernels import force_avx2_path
+from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EARLY_EXIT, DRAFT_NGRAM, make_drafter
+from specdec_core.drafters.model_draft import reduced_copy
 from specdec_core.machine import this_machine
+from specdec_core.models import load_model, load_stock
+from specdec_core.prompts import encode_prompt, stop_token_ids
+from specdec_core.sources import EMBEDDED_ID
+from specdec_core.stats import c_in_run
+from specdec_core.theory import expected_speedup
 
 from .agreement import agreement_report
 from .bandwidth import bandwidth_report
 from .costs import cost_report
+from .measure import Timing, bench_prompts, measure, ours, paired_ratio, peak_rss_mib, theirs, write_report
 from .suite import suite_report
 from .trees import tree_report
-from .measure import Timing, bench_prompts, measure, ours, paired_ratio, peak_rss_mib, theirs, write_report
-
 
 
 def set_assistant(assistant, num_tokens, schedule, threshold) -> None:
@@ -64,13 +65,17 @@ def drafter_table(args) -> None:
         prompt = encode_prompt(target.tokenizer, item.text)
         methods = {"plain": ours(target.model, prompt, args.tokens, stops)}
         for spec in (DRAFT_EAGLE, DRAFT_BF16, DRAFT_NGRAM, DRAFT_EARLY_EXIT):
-            methods[spec] = ours(target.model, prompt, args.tokens, stops, lambda spec=spec: make_drafter(spec, target), draft)
+            make = lambda spec=spec: make_drafter(spec, target)  # noqa: E731
+            methods[spec] = ours(target.model, prompt, args.tokens, stops, make, draft)
         timings, _ = measure(methods, args.repeats)
         for spec, t in timings.items():
             if spec != "plain":
                 speedup = paired_ratio(t.rates, timings["plain"].rates)
                 rate = "n/a" if t.acceptance_rate is None else f"{t.acceptance_rate:.2f}"  # nothing drafted
-                print(f"{workload + ' / ' + item.text[:12]:22s} {spec:24s} {rate:>10s} {t.mean_accepted_length:11.2f} {speedup:7.2f}x")
+                print(
+                    f"{workload + ' / ' + item.text[:12]:22s} {spec:24s} {rate:>10s} "
+                    f"{t.mean_accepted_length:11.2f} {speedup:7.2f}x"
+                )
 
 
 def main() -> None:
@@ -82,25 +87,52 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2, help="prompts per workload")
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--drafters", action="store_true", help="only the per-drafter table (acceptance, speedup)")
-    parser.add_argument("--costs", action="store_true", help="only this machine's costs: c, T(n)/T(1), the head at each k")
+    parser.add_argument(
+        "--costs", action="store_true", help="only this machine's costs: c, T(n)/T(1), the head at each k"
+    )
     parser.add_argument("--max-k", type=int, default=6, help="--costs: the head is run at k = 1..max-k")
-    parser.add_argument("--suite", choices=["spec_bench", "realistic"], help="per category: chain, tree, hybrid, n-gram, bf16")
+    parser.add_argument(
+        "--suite", choices=["spec_bench", "realistic"], help="per category: chain, tree, hybrid, n-gram, bf16"
+    )
     parser.add_argument("--per-category", type=int, default=3, help="--suite: prompts per category")
     parser.add_argument("--ks", default="2,3,4", help="--suite: the head chain's fixed k values (the best is reported)")
     parser.add_argument("--methods", default="", help="--suite: only these methods, comma-separated (default: all)")
-    parser.add_argument("--categories", default="", help="--suite: only these categories, comma-separated (default: all)")
-    parser.add_argument("--bandwidth", action="store_true", help="plain decoding as a fraction of the bandwidth bound; where a pass's time goes")
-    parser.add_argument("--compiled", action="store_true", help="--bandwidth: also an inductor-compiled one-token pass (an experiment; minutes to compile)")
-    parser.add_argument("--trees", action="store_true", help="tokens per pass of the head's chains and trees by shape and budget, with their modelled cost")
-    parser.add_argument("--agreement", default="", help="teacher-forced agreement of these head folders (comma-separated) "
-                        "by category on the evaluation sets, at draft positions 1..--head-k")
-    parser.add_argument("--save-beside", action="store_true", help="--agreement: also write each head's results into its folder "
-                        "(agreement.json, which the app's explainer quotes for the shipped head)")
-    parser.add_argument("--force-avx2", action="store_true", help="run as on an AVX2-only CPU: every kernel capped at AVX2, no oneDNN bfloat16")
+    parser.add_argument(
+        "--categories", default="", help="--suite: only these categories, comma-separated (default: all)"
+    )
+    parser.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="plain decoding as a fraction of the bandwidth bound; where a pass's time goes",
+    )
+    parser.add_argument(
+        "--trees",
+        action="store_true",
+        help="tokens per pass of the head's chains and trees by shape and budget, with their modelled cost",
+    )
+    parser.add_argument(
+        "--agreement",
+        default="",
+        help="teacher-forced agreement of these head folders (comma-separated) "
+        "by category on the evaluation sets, at draft positions 1..--head-k",
+    )
+    parser.add_argument(
+        "--save-beside",
+        action="store_true",
+        help="--agreement: also write each head's results into its folder "
+        "(agreement.json, which the app's explainer quotes for the shipped head)",
+    )
+    parser.add_argument(
+        "--force-avx2",
+        action="store_true",
+        help="run as on an AVX2-only CPU: every kernel capped at AVX2, no oneDNN bfloat16",
+    )
     args = parser.parse_args()
     if args.force_avx2 and os.environ.get("SPECDEC_FORCE_AVX2") != "1":
         # The caps must be set before torch computes anything (cpu_kernels.AVX2_CAPS): start again with them.
-        os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], {**os.environ, "SPECDEC_FORCE_AVX2": "1"})
+        os.execve(
+            sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], {**os.environ, "SPECDEC_FORCE_AVX2": "1"}
+        )
     torch.set_num_threads(2)
     force_avx2_path(args.force_avx2)
     if args.drafters:
@@ -132,8 +164,13 @@ def main() -> None:
     packed_target = load_model(EMBEDDED_ID, for_generate=True).model
     bf16_draft = reduced_copy(EMBEDDED_ID, torch.bfloat16, for_generate=True)
     stock_bf16_draft = load_stock(EMBEDDED_ID, torch.bfloat16)
-    report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(),
-                    "platform": platform.platform(), "args": vars(args), "prompts": []}
+    report: dict = {
+        "when": datetime.now(UTC).isoformat(),
+        "machine": this_machine().as_dict(),
+        "platform": platform.platform(),
+        "args": vars(args),
+        "prompts": [],
+    }
     k = args.k
     fixed, adaptive = DraftConfig(k=k), DraftConfig(k=k, adaptive=True)
     head_fixed, head_adaptive = DraftConfig(k=args.head_k), DraftConfig(k=args.head_k, adaptive=True)
@@ -155,10 +192,14 @@ def main() -> None:
             methods[f"ours {name} adaptive"] = ours(m, prompt, n, stops, make, adaptive)
         methods["hf bf16 assisted defaults"] = assisted(stock_target, stock_bf16_draft, None, None, None, prompt, n)
         methods["hf bf16 assisted same k"] = assisted(stock_target, stock_bf16_draft, k, "constant", 0.0, prompt, n)
-        methods["hf bf16 assisted same k, our kernels"] = assisted(packed_target, bf16_draft, k, "constant", 0.0, prompt, n)
+        methods["hf bf16 assisted same k, our kernels"] = assisted(
+            packed_target, bf16_draft, k, "constant", 0.0, prompt, n
+        )
         methods["hf ngram prompt lookup 10"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=10)
         methods["hf ngram prompt lookup same k"] = theirs(stock_target, prompt, n, stops, prompt_lookup_num_tokens=k)
-        methods["hf ngram prompt lookup same k, our kernels"] = theirs(packed_target, prompt, n, stops, prompt_lookup_num_tokens=k)
+        methods["hf ngram prompt lookup same k, our kernels"] = theirs(
+            packed_target, prompt, n, stops, prompt_lookup_num_tokens=k
+        )
         if workload == "creative":
             sampled = SamplingConfig(temperature=1.0, seed=0)
             methods["ours plain T=1"] = ours(m, prompt, n, stops, sampling=sampled)
@@ -168,7 +209,8 @@ def main() -> None:
             for name in drafters:
                 methods[f"ours {name} adaptive T=1"] = ours(m, prompt, n, stops, drafters[name], adaptive, sampled)
         timings, outputs = measure(methods, args.repeats)
-        report["prompts"].append(prompt_report(workload, item.text, timings, outputs, {"bf16": k, "eagle": args.head_k}))
+        ks = {"bf16": k, "eagle": args.head_k}
+        report["prompts"].append(prompt_report(workload, item.text, timings, outputs, ks))
         print_prompt(report["prompts"][-1])
 
     report["summary"] = summarize_report(report["prompts"])
@@ -177,10 +219,12 @@ def main() -> None:
     write_report(report, args.out, "bench")
 
 
-def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], ks: dict[str, int]) -> dict:
+def prompt_report(
+    workload: str, name: str, timings: dict[str, Timing], outputs: dict[str, list[int]], ks: dict[str, int]
+) -> dict:
     # c from the same runs: a draft pass over a decode step of plain decoding.
-    costs = {d: cost_ratio(timings[f"ours {d} k"].draft_pass_seconds, timings["ours plain"].step_seconds) for d in ks}
-    row = {"workload": workload, "prompt": name, "cost_ratio": costs, "k": ks, "methods": {}}
+    costs = {d: c_in_run(timings[f"ours {d} k"].draft_pass_seconds, timings["ours plain"].step_seconds) for d in ks}
+    row = {"workload": workload, "prompt": name, "c": costs, "k": ks, "methods": {}}
     reference = outputs["ours plain"]
     for method, t in timings.items():
         sampled = "T=1" in method
@@ -203,7 +247,14 @@ def prompt_report(workload: str, name: str, timings: dict[str, Timing], outputs:
             continue
         theory = expected_speedup(a, k, c)
         measured = row["methods"][f"ours {drafter} k"]["speedup_vs_ours_plain"]
-        row["theory"][drafter] = {"a": a, "c": c, "k": k, "theory": theory, "measured": measured, "measured_over_theory": measured / theory}
+        row["theory"][drafter] = {
+            "a": a,
+            "c": c,
+            "k": k,
+            "theory": theory,
+            "measured": measured,
+            "measured_over_theory": measured / theory,
+        }
     return row
 
 
@@ -212,18 +263,28 @@ RATIOS = {
     "ours best bf16 / hf bf16 assisted defaults": ("hf bf16 assisted defaults", ("ours bf16 k", "ours bf16 adaptive")),
     "ours best bf16 / hf bf16 assisted same k": ("hf bf16 assisted same k", ("ours bf16 k", "ours bf16 adaptive")),
     "ours best ngram / hf prompt lookup 10": ("hf ngram prompt lookup 10", ("ours ngram k", "ours ngram adaptive")),
-    "ours best ngram / hf prompt lookup same k": ("hf ngram prompt lookup same k", ("ours ngram k", "ours ngram adaptive")),
+    "ours best ngram / hf prompt lookup same k": (
+        "hf ngram prompt lookup same k",
+        ("ours ngram k", "ours ngram adaptive"),
+    ),
     # the same kernels on both sides: what is left is the loop and the drafting policy
     "ours bf16 k / hf bf16 same k, our kernels": ("hf bf16 assisted same k, our kernels", "ours bf16 k"),
     "ours ngram k / hf lookup same k, our kernels": ("hf ngram prompt lookup same k, our kernels", "ours ngram k"),
     # transformers cannot run an EAGLE head; its best draft for this target is the bf16 copy
-    "ours best eagle / hf bf16 assisted defaults": ("hf bf16 assisted defaults", ("ours eagle k", "ours eagle adaptive")),
-    "ours best eagle / ours best bf16": (("ours bf16 k", "ours bf16 adaptive"), ("ours eagle k", "ours eagle adaptive")),
+    "ours best eagle / hf bf16 assisted defaults": (
+        "hf bf16 assisted defaults",
+        ("ours eagle k", "ours eagle adaptive"),
+    ),
+    "ours best eagle / ours best bf16": (
+        ("ours bf16 k", "ours bf16 adaptive"),
+        ("ours eagle k", "ours eagle adaptive"),
+    ),
 }
 
 
 def speed_ratio(methods: dict, theirs_names, ours_names) -> float:
     """Our best method over their best (the best of each side by median rate)."""
+
     def best(names) -> str:
         names = (names,) if isinstance(names, str) else names
         return max(names, key=lambda n: statistics.median(methods[n]["rates"]))
@@ -235,7 +296,9 @@ def summarize_report(rows: list[dict]) -> dict:
     summary: dict = {}
     for workload in ("structured", "creative"):
         mine = [r for r in rows if r["workload"] == workload]
-        entry = {name: statistics.median(speed_ratio(r["methods"], t, o) for r in mine) for name, (t, o) in RATIOS.items()}
+        entry = {
+            name: statistics.median(speed_ratio(r["methods"], t, o) for r in mine) for name, (t, o) in RATIOS.items()
+        }
         speedups = [m for m in mine[0]["methods"] if m.startswith("ours") and m not in ("ours plain", "ours plain T=1")]
         for method in speedups:
             entry[f"speedup {method}"] = statistics.median(r["methods"][method]["speedup_vs_ours_plain"] for r in mine)
@@ -245,7 +308,7 @@ def summarize_report(rows: list[dict]) -> dict:
             entry[f"measured / theory ({drafter}, k)"] = statistics.median(t["measured_over_theory"] for t in timed)
         entry["eagle acceptance by position"] = [
             round(statistics.median(p), 3)
-            for p in zip(*[r["methods"]["ours eagle k"]["acceptance_by_position"] for r in mine])
+            for p in zip(*[r["methods"]["ours eagle k"]["acceptance_by_position"] for r in mine], strict=False)
         ]
         entry["all greedy outputs identical"] = all(
             v["identical_to_ours_plain"] is not False for r in mine for v in r["methods"].values()
@@ -255,15 +318,20 @@ def summarize_report(rows: list[dict]) -> dict:
 
 
 def print_prompt(row: dict) -> None:
-    costs = ", ".join(f"c({d}) = " + ("n/a" if c is None else f"{c:.3f}") for d, c in row["cost_ratio"].items())
+    costs = ", ".join(f"c({d}) = " + ("n/a" if c is None else f"{c:.3f}") for d, c in row["c"].items())
     print(f"\n[{row['workload']}] {row['prompt'][:70]!r}  ({costs})")
     for method, v in row["methods"].items():
         ident = {None: "  ", True: "= ", False: "≠ "}[v["identical_to_ours_plain"]]
         a = "" if v["acceptance_rate"] is None else f"  a={v['acceptance_rate']:.2f} L={v['mean_accepted_length']:.2f}"
-        print(f"  {ident}{method:42s} {v['median_seconds']:6.2f}s {v['tokens_per_second']:6.1f} tok/s {v['speedup_vs_ours_plain']:5.2f}x{a}")
+        print(
+            f"  {ident}{method:42s} {v['median_seconds']:6.2f}s {v['tokens_per_second']:6.1f} tok/s "
+            f"{v['speedup_vs_ours_plain']:5.2f}x{a}"
+        )
     for drafter, t in row["theory"].items():
-        print(f"  theory {drafter} k={t['k']}: a={t['a']:.2f} c={t['c']:.3f} -> {t['theory']:.2f}x; "
-              f"measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})")
+        print(
+            f"  theory {drafter} k={t['k']}: a={t['a']:.2f} c={t['c']:.3f} -> {t['theory']:.2f}x; "
+            f"measured {t['measured']:.2f}x ({t['measured_over_theory']:.2f})"
+        )
     print(f"  eagle acceptance by draft position: {row['methods']['ours eagle k']['acceptance_by_position']}")
 
 

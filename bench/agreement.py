@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel
 
 from specdec_core import EMBEDDED_ID, load_model
-from specdec_core.drafters.eagle import AGREEMENT_NAME, load_head
+from specdec_core.drafters.eagle_head import AGREEMENT_NAME, load_head
 from specdec_core.eval_sets import by_category
 from specdec_core.machine import this_machine
 from specdec_core.prompts import encode_prompt, stop_token_ids
@@ -39,7 +39,9 @@ def answers(model: PreTrainedModel, tokenizer, suite: str, per_category: int, to
     """The target's greedy answers to a suite's prompts by category (token ids only), cached on disk for
     this target and this version of the prompt file."""
     prompts = by_category(suite, per_category)
-    identity = json.dumps([model.config._name_or_path, model.config.vocab_size, [p.text for rows in prompts.values() for p in rows]])
+    identity = json.dumps(
+        [model.config._name_or_path, model.config.vocab_size, [p.text for rows in prompts.values() for p in rows]]
+    )
     key = hashlib.sha256(identity.encode()).hexdigest()[:12]
     path = cache_dir() / "eval-answers" / f"{suite}-p{per_category}-t{tokens}-{key}.pt"
     if path.is_file():
@@ -49,28 +51,41 @@ def answers(model: PreTrainedModel, tokenizer, suite: str, per_category: int, to
     out: dict[str, list[Sequence]] = {}
     for category, rows in prompts.items():
         encoded = [encode_prompt(tokenizer, p.text) for p in rows]
-        out[category] = [Sequence(s.tokens, s.prompt_length, None) for i in range(0, len(encoded), BATCH)
-                         for s in generate_batch(model, encoded[i : i + BATCH], 0.0, stops, tokens)]
+        out[category] = [
+            Sequence(s.tokens, s.prompt_length, None)
+            for i in range(0, len(encoded), BATCH)
+            for s in generate_batch(model, encoded[i : i + BATCH], 0.0, stops, tokens)
+        ]
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({c: [(s.tokens, s.prompt_length) for s in rows] for c, rows in out.items()}, path)
     return out
 
 
-def head_agreement(folder: Path, model: PreTrainedModel, data: dict[str, list[Sequence]], depth: int) -> dict[str, list[float]]:
+def head_agreement(
+    folder: Path, model: PreTrainedModel, data: dict[str, list[Sequence]], depth: int
+) -> dict[str, list[float]]:
     """Top-1 agreement by draft position, per category and over all ("all": every position counts once)."""
     head = load_head(folder, model)
     settings = Settings(depth=depth)
     featurized = {c: with_layers(model, rows, head.config.feature_layers) for c, rows in data.items()}
     result = {c: [round(a, 4) for a in heldout_agreement(head, rows, settings)] for c, rows in featurized.items()}
-    result["all"] = [round(a, 4) for a in heldout_agreement(head, [s for rows in featurized.values() for s in rows], settings)]
+    result["all"] = [
+        round(a, 4) for a in heldout_agreement(head, [s for rows in featurized.values() for s in rows], settings)
+    ]
     return result
 
 
 def agreement_report(args: argparse.Namespace) -> dict:
     loaded = load_model(EMBEDDED_ID, for_generate=True)  # transformers' layers: batched, padded passes
     heads = [Path(h) for h in args.agreement.split(",") if h]
-    report: dict = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "tokens": args.tokens,
-                    "per_category": args.per_category, "depth": args.head_k, "suites": {}}
+    report: dict = {
+        "when": datetime.now(UTC).isoformat(),
+        "machine": this_machine().as_dict(),
+        "tokens": args.tokens,
+        "per_category": args.per_category,
+        "depth": args.head_k,
+        "suites": {},
+    }
     for suite in SUITES:
         data = answers(loaded.model, loaded.tokenizer, suite, args.per_category, args.tokens)
         report["suites"][suite] = {str(h): head_agreement(h, loaded.model, data, args.head_k) for h in heads}

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from specdec_core.costs import CONTEXT_TOKENS
 from specdec_core.kv_cache import CachedModel
 from specdec_core.machine import this_machine
 from specdec_core.models import load_model, load_stock
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.tuning import CONTEXT_TOKENS, cost_curve, median_seconds
+from specdec_core.tuning import cost_curve, median_seconds
 
-from .compiled import compiled_greedy
 from .measure import bench_prompts, measure, ours, theirs
 
 STREAM_BYTES = 256 * 2**20
@@ -70,11 +70,14 @@ def op_profile(model: torch.nn.Module, width: int, passes: int = 20, top: int = 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(passes):
             one_pass()
-    ops = sorted(((e.key, e.self_cpu_time_total / 1000 / passes, e.count // passes) for e in prof.key_averages()),
-                 key=lambda op: -op[1])
+    ops = sorted(
+        ((e.key, e.self_cpu_time_total / 1000 / passes, e.count // passes) for e in prof.key_averages()),
+        key=lambda op: -op[1],
+    )
     in_ops = sum(ms for _, ms, _ in ops)
     return {
-        "width": width, "wall_ms": wall,
+        "width": width,
+        "wall_ms": wall,
         "ops": [{"op": name, "ms": ms, "calls": calls} for name, ms, calls in ops[:top]],
         "other_ops_ms": sum(ms for _, ms, _ in ops[top:]),
         "outside_ops_ms": max(0.0, wall - in_ops),  # Python between ops: unprofiled wall minus the ops' own time
@@ -87,7 +90,6 @@ def bandwidth_report(args) -> dict:
     stock = load_stock(EMBEDDED_ID, torch.float32)
     before_lean = load_model(EMBEDDED_ID, for_generate=True).model  # packed kernels, transformers' forward
     weights = weight_bytes(target.model)
-    decode, compile_seconds = compiled_greedy(load_stock(EMBEDDED_ID, torch.float32)) if args.compiled else (None, None)
     bandwidths = [read_bandwidth()]
     methods, prompts = {}, []
     for workload, item in bench_prompts(args.prompts):
@@ -95,8 +97,6 @@ def bandwidth_report(args) -> dict:
         methods[f"plain {label}"] = ours(target.model, prompt, args.tokens, stops)
         methods[f"plain, transformers forward {label}"] = ours(before_lean, prompt, args.tokens, stops)
         methods[f"hf generate {label}"] = theirs(stock, prompt, args.tokens, stops)
-        if decode:
-            methods[f"compiled {label}"] = lambda prompt=prompt: (decode(prompt, args.tokens, stops), [], None)
         prompts.append(label)
     # read before, between the repeats and after: the bound pairs with the runs it is compared to
     timings, outputs = measure(methods, args.repeats, between=lambda: bandwidths.append(read_bandwidth()))
@@ -111,9 +111,14 @@ def bandwidth_report(args) -> dict:
 
     curve, curve_before = cost_curve(target.model), cost_curve(before_lean)
     report = {
-        "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-        "weight_bytes": weights, "read_bandwidth_gbs": [b / 1e9 for b in bandwidths], "bandwidth_gbs": bandwidth / 1e9,
-        "bound_ms_per_token": 1000 * bound, "plain_ms_per_token": ms_per_token("plain"),
+        "when": datetime.now(UTC).isoformat(),
+        "machine": this_machine().as_dict(),
+        "args": vars(args),
+        "weight_bytes": weights,
+        "read_bandwidth_gbs": [b / 1e9 for b in bandwidths],
+        "bandwidth_gbs": bandwidth / 1e9,
+        "bound_ms_per_token": 1000 * bound,
+        "plain_ms_per_token": ms_per_token("plain"),
         "fraction_of_bound": 1000 * bound / ms_per_token("plain"),
         "before_lean_ms_per_token": ms_per_token("plain, transformers forward"),
         "before_lean_fraction_of_bound": 1000 * bound / ms_per_token("plain, transformers forward"),
@@ -124,27 +129,29 @@ def bandwidth_report(args) -> dict:
         "identical_to_before_lean": identical("plain, transformers forward"),
         "profile": [op_profile(target.model, width) for width in (1, args.head_k + 1)],
     }
-    if decode:
-        report["compiled"] = {"compile_seconds": compile_seconds, "ms_per_token": ms_per_token("compiled"),
-                              "fraction_of_bound": 1000 * bound / ms_per_token("compiled"), "identical": identical("compiled")}
     print_bandwidth(report)
     return report
 
 
 def print_bandwidth(report: dict) -> None:
-    print(f"{report['machine']['kind']}: read bandwidth {report['bandwidth_gbs']:.1f} GB/s (median of "
-          + " / ".join(f"{b:.1f}" for b in report["read_bandwidth_gbs"]) + ": before, between the repeats, after)")
-    print(f"weights {report['weight_bytes'] / 1e6:.0f} MB: bound {report['bound_ms_per_token']:.1f} ms/token; plain decoding "
-          f"{report['plain_ms_per_token']:.1f} ms/token = {100 * report['fraction_of_bound']:.0f}% of the bound; "
-          f"identical to generate: {report['identical_to_generate']}")
-    print(f"before the lean pass (packed kernels, transformers' forward): {report['before_lean_ms_per_token']:.1f} ms/token = "
-          f"{100 * report['before_lean_fraction_of_bound']:.0f}% of the bound; identical: {report['identical_to_before_lean']}; "
-          f"transformers' generate (stock): {report['hf_generate_ms_per_token']:.1f} ms/token")
-    if "compiled" in report:
-        compiled = report["compiled"]
-        print(f"compiled one-token pass (experiment, bench/compiled.py): {compiled['ms_per_token']:.1f} ms/token = "
-              f"{100 * compiled['fraction_of_bound']:.0f}% of the bound, compiling took {compiled['compile_seconds']:.0f} s; "
-              f"identical to plain: {compiled['identical']}")
+    print(
+        f"{report['machine']['kind']}: read bandwidth {report['bandwidth_gbs']:.1f} GB/s (median of "
+        + " / ".join(f"{b:.1f}" for b in report["read_bandwidth_gbs"])
+        + ": before, between the repeats, after)"
+    )
+    print(
+        f"weights {report['weight_bytes'] / 1e6:.0f} MB: bound {report['bound_ms_per_token']:.1f} ms/token; "
+        "plain decoding "
+        f"{report['plain_ms_per_token']:.1f} ms/token = {100 * report['fraction_of_bound']:.0f}% of the bound; "
+        f"identical to generate: {report['identical_to_generate']}"
+    )
+    print(
+        "before the lean pass (packed kernels, transformers' forward): "
+        f"{report['before_lean_ms_per_token']:.1f} ms/token = "
+        f"{100 * report['before_lean_fraction_of_bound']:.0f}% of the bound; "
+        f"identical: {report['identical_to_before_lean']}; "
+        f"transformers' generate (stock): {report['hf_generate_ms_per_token']:.1f} ms/token"
+    )
     for name, key in (("lean pass", "verify_ratio"), ("before", "verify_ratio_before_lean")):
         if report[key]:
             print(f"T(n)/T(1), n = 1.., {name}: " + " ".join(f"{r:.2f}" for r in report[key]))
@@ -152,4 +159,5 @@ def print_bandwidth(report: dict) -> None:
         print(f"\n{run['width']}-token pass: {run['wall_ms']:.1f} ms wall")
         for op in run["ops"]:
             print(f"  {op['op']:52s} {op['ms']:6.2f} ms  {op['calls']:4d} calls")
-        print(f"  {'other ops':52s} {run['other_ops_ms']:6.2f} ms\n  {'outside ops (Python)':52s} {run['outside_ops_ms']:6.2f} ms")
+        print(f"  {'other ops':52s} {run['other_ops_ms']:6.2f} ms")
+        print(f"  {'outside ops (Python)':52s} {run['outside_ops_ms']:6.2f} ms")

@@ -4,7 +4,7 @@ and in the loop), the verification cost curve, and the head's speedup at each k 
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
@@ -14,8 +14,8 @@ from specdec_core.machine import this_machine
 from specdec_core.models import load_model
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.stats import cost_ratio
-from specdec_core.tuning import draft_pass, measured_cost_ratio, tuning_of
+from specdec_core.stats import c_in_run
+from specdec_core.tuning import c_at_load, draft_pass, tuning_of
 
 from .measure import bench_prompts, curve_fields, measure, ours, paired_ratio
 
@@ -31,9 +31,12 @@ def cost_report(args) -> dict:
     for spec in specs:
         make_drafter(spec, target)  # loads and measures each once, outside the timed runs
     report = {
-        "when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-        "target_kernels": tuning.kernels.describe(), **curve_fields(curve),
-        "c_at_load": {spec: measured_cost_ratio(EMBEDDED_ID, torch.float32, spec) for spec in specs},
+        "when": datetime.now(UTC).isoformat(),
+        "machine": this_machine().as_dict(),
+        "args": vars(args),
+        "target_kernels": tuning.kernels.describe(),
+        **curve_fields(curve),
+        "c_at_load": {spec: c_at_load(EMBEDDED_ID, torch.float32, spec) for spec in specs},
         "draft_kernels": {spec: draft_pass(EMBEDDED_ID, spec)[1] for spec in specs},
         "prompts": [],
     }
@@ -51,19 +54,24 @@ def cost_report(args) -> dict:
         row = {"workload": workload, "prompt": item.text, "methods": {}}
         for name, t in timings.items():
             row["methods"][name] = {
-                "speedup": paired_ratio(t.rates, plain.rates), "tokens_per_pass": t.mean_accepted_length,
-                "c_in_loop": cost_ratio(t.draft_pass_seconds, plain.step_seconds),
+                "speedup": paired_ratio(t.rates, plain.rates),
+                "tokens_per_pass": t.mean_accepted_length,
+                "c_in_loop": c_in_run(t.draft_pass_seconds, plain.step_seconds),
                 "identical": outputs[name] == outputs["plain"],
             }
         report["prompts"].append(row)
-        print(f"[{workload}] {item.text[:60]!r}: " + ", ".join(
-            f"{name} {v['speedup']:.2f}x" for name, v in row["methods"].items() if name != "plain"), flush=True)
+        print(
+            f"[{workload}] {item.text[:60]!r}: "
+            + ", ".join(f"{name} {v['speedup']:.2f}x" for name, v in row["methods"].items() if name != "plain"),
+            flush=True,
+        )
     report["summary"] = cost_summary(report["prompts"], [f"head k={k}" for k in ks])
     return report
 
 
 def cost_summary(rows: list[dict], fixed: list[str]) -> dict:
     """Mean over prompts per method; the head's best fixed k; adaptive against plain and the best k per prompt."""
+
     def mean(method: str, field: str) -> float:
         return statistics.mean(r["methods"][method][field] for r in rows)
 
@@ -75,8 +83,8 @@ def cost_summary(rows: list[dict], fixed: list[str]) -> dict:
         "bf16_c_in_loop": statistics.median(r["methods"]["bf16 k=3"]["c_in_loop"] for r in rows),
         "head_best_k": best,
         "adaptive_worst_vs_plain": min(r["methods"]["head adaptive"]["speedup"] for r in rows),
-        "adaptive_worst_vs_best_k": min(r["methods"]["head adaptive"]["speedup"] / r["methods"][best]["speedup"] for r in rows),
+        "adaptive_worst_vs_best_k": min(
+            r["methods"]["head adaptive"]["speedup"] / r["methods"][best]["speedup"] for r in rows
+        ),
         "all_identical": all(v["identical"] for r in rows for v in r["methods"].values()),
     }
-
-

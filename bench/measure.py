@@ -16,17 +16,19 @@ from pathlib import Path
 import torch
 
 from specdec_core.config import DraftConfig, GenerationConfig, SamplingConfig
+from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from specdec_core.engine import autoregressive, speculative
 from specdec_core.events import Finished
 from specdec_core.stats import draft_pass_seconds, generated_tokens, per_position_acceptance, plain_step_seconds
-from specdec_core.tuning import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from training.draft_data import TrainingPrompt, sample_prompts
 
 
 def bench_prompts(per_workload: int) -> list[tuple[str, TrainingPrompt]]:
     """Held-out prompts, `per_workload` structured and as many creative, the same on every run."""
     held_out = sample_prompts("heldout", 10_000, seed=1)
-    return [(kind, p) for kind in ("structured", "creative") for p in [p for p in held_out if p.kind == kind][:per_workload]]
+    return [
+        (kind, p) for kind in ("structured", "creative") for p in [p for p in held_out if p.kind == kind][:per_workload]
+    ]
 
 
 @dataclass
@@ -47,7 +49,8 @@ class Timing:
 
     @property
     def rates(self) -> list[float]:
-        """Tokens per second per repeat: sampled runs of two methods emit different texts, so rates compare, times do not."""
+        """Tokens per second per repeat: sampled runs of two methods emit different texts, so rates compare,
+        times do not."""
         return [n / s for n, s in zip(self.tokens, self.seconds)]
 
     @property
@@ -59,9 +62,15 @@ def curve_fields(curve: CostCurve) -> dict:
     """A report's record of the verification cost curve T(n)/T(1), n = 1..17: behind CONTEXT_TOKENS cached
     tokens and, where it was measured, behind LONG_CONTEXT_TOKENS (what tree sizes and the hybrid read there)."""
     long = curve.at(LONG_CONTEXT_TOKENS) if curve.long_seconds is not None else None
-    return {"verify_ratio": curve.ratios, "verify_ratio_long": long.ratios if long else None,
-            "verify_contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS], "T1_ms": 1000 * curve.seconds[0],
-            "T1_ms_long": 1000 * long.seconds[0] if long else None, "T5/T1": curve.ratio(5), "T9/T1": curve.ratio(9)}
+    return {
+        "verify_ratio": curve.ratios,
+        "verify_ratio_long": long.ratios if long else None,
+        "verify_contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
+        "T1_ms": 1000 * curve.seconds[0],
+        "T1_ms_long": 1000 * long.seconds[0] if long else None,
+        "T5/T1": curve.ratio(5),
+        "T9/T1": curve.ratio(9),
+    }
 
 
 def paired_ratio(ours_rates: list[float], their_rates: list[float]) -> float:
@@ -93,8 +102,9 @@ def theirs(model, prompt, tokens: int, stops, **generate_kwargs):
     return run
 
 
-def measure(methods: dict[str, Callable], repeats: int, between: Callable[[], object] | None = None
-            ) -> tuple[dict[str, Timing], dict[str, list[int]]]:
+def measure(
+    methods: dict[str, Callable], repeats: int, between: Callable[[], object] | None = None
+) -> tuple[dict[str, Timing], dict[str, list[int]]]:
     """Times every method once per repeat; between (if given) runs after each repeat: a measurement of the
     machine's state to pair with the timings (bandwidth.py reads the bandwidth there)."""
     timings = {name: Timing() for name in methods}
@@ -134,7 +144,22 @@ def write_report(report: dict, folder: str, kind: str) -> None:
     path = out / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}.json"
     path.write_text(json.dumps(report, indent=2))
     if kind == "costs":
-        print(json.dumps({k: report[k] for k in ("machine", "target_kernels", "T1_ms", "T5/T1", "T9/T1", "c_at_load", "draft_kernels", "summary")}, indent=1))
+        print(
+            json.dumps(
+                {
+                    k: report[k]
+                    for k in (
+                        "machine",
+                        "target_kernels",
+                        "T1_ms",
+                        "T5/T1",
+                        "T9/T1",
+                        "c_at_load",
+                        "draft_kernels",
+                        "summary",
+                    )
+                },
+                indent=1,
+            )
+        )
     print(f"\nwrote {path}")
-
-

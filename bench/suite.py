@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from specdec_core.config import DraftConfig
 from specdec_core.drafters import DRAFT_BF16, DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID, DRAFT_NGRAM, make_drafter
@@ -22,7 +22,7 @@ from specdec_core.machine import this_machine
 from specdec_core.models import load_model
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.stats import cost_ratio
+from specdec_core.stats import c_in_run
 from specdec_core.tuning import tuning_of
 
 from .measure import curve_fields, measure, ours, paired_ratio
@@ -35,8 +35,13 @@ def suite_report(args) -> dict:
     curve = tuning_of(EMBEDDED_ID, target.model.dtype).curve
     for spec, _ in drafts.values():
         make_drafter(spec, target)  # load and measure each once, outside the timed runs
-    report = {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-              **curve_fields(curve), "categories": {}}
+    report = {
+        "when": datetime.now(UTC).isoformat(),
+        "machine": this_machine().as_dict(),
+        "args": vars(args),
+        **curve_fields(curve),
+        "categories": {},
+    }
     first = encode_prompt(target.tokenizer, next(iter(groups.values()))[0].text)
     measure(_methods(target, first, 8, stops, drafts), 1)  # untimed: one-time set-up of every method's shapes
     for category, prompts in groups.items():
@@ -44,16 +49,34 @@ def suite_report(args) -> dict:
         for item in prompts:
             prompt = encode_prompt(target.tokenizer, item.text)
             timings, outputs = measure(_methods(target, prompt, args.tokens, stops, drafts), args.repeats)
-            rows.append({name: _method_row(t, timings["plain"], outputs[name] == outputs["plain"])
-                         for name, t in timings.items() if name != "plain"})
-        report["categories"][category] = _category_summary(rows, [name for name in drafts if name.startswith("head k=")],
-                                                           [item.id for item in prompts])
-        print(f"[{category}] " + ", ".join(f"{m} {v['speedup']:.2f}x/{v['tokens_per_pass']:.2f}"
-                                           for m, v in report["categories"][category]["methods"].items()), flush=True)
+            rows.append(
+                {
+                    name: _method_row(t, timings["plain"], outputs[name] == outputs["plain"])
+                    for name, t in timings.items()
+                    if name != "plain"
+                }
+            )
+        report["categories"][category] = _category_summary(
+            rows, [name for name in drafts if name.startswith("head k=")], [item.id for item in prompts]
+        )
+        print(
+            f"[{category}] "
+            + ", ".join(
+                f"{m} {v['speedup']:.2f}x/{v['tokens_per_pass']:.2f}"
+                for m, v in report["categories"][category]["methods"].items()
+            ),
+            flush=True,
+        )
     report["overall"] = _overall(report["categories"])
-    print("\n".join(f"{m}: {v['speedup']:.2f}x ± {_or_nan(v['speedup_se']):.2f}, "
-                    f"{v['tokens_per_pass']:.2f} ± {_or_nan(v['tokens_per_pass_se']):.2f} tokens per pass"
-                    for m, v in report["overall"].items() if m != "all_identical"), flush=True)
+    print(
+        "\n".join(
+            f"{m}: {v['speedup']:.2f}x ± {_or_nan(v['speedup_se']):.2f}, "
+            f"{v['tokens_per_pass']:.2f} ± {_or_nan(v['tokens_per_pass_se']):.2f} tokens per pass"
+            for m, v in report["overall"].items()
+            if m != "all_identical"
+        ),
+        flush=True,
+    )
     return report
 
 
@@ -70,7 +93,9 @@ def _chosen(args) -> tuple[dict, dict]:
         "bf16 k=3": (DRAFT_BF16, DraftConfig(k=3)),
     }
     groups = by_category(args.suite, args.per_category)
-    return _only(drafts, args.methods, "--methods", "method"), _only(groups, args.categories, "--categories", "category")
+    return _only(drafts, args.methods, "--methods", "method"), _only(
+        groups, args.categories, "--categories", "category"
+    )
 
 
 def _only(named: dict, wanted: str, option: str, what: str) -> dict:
@@ -94,7 +119,7 @@ def _method_row(timing, plain, identical: bool) -> dict:
         "speedup": paired_ratio(timing.rates, plain.rates),
         "tokens_per_pass": timing.mean_accepted_length,
         "by_depth": timing.position_acceptance,
-        "c": cost_ratio(timing.draft_pass_seconds, plain.step_seconds),
+        "c": c_in_run(timing.draft_pass_seconds, plain.step_seconds),
         "identical": identical,
     }
 
@@ -110,14 +135,30 @@ def _category_summary(rows: list[dict], chains: list[str], ids: list[str]) -> di
     def spread(method: str, field: str) -> float | None:
         return statistics.stdev(r[method][field] for r in rows) if len(rows) > 1 else None
 
-    methods = {m: {"speedup": mean(m, "speedup"), "tokens_per_pass": mean(m, "tokens_per_pass"), "c": mean(m, "c"),
-                   **{f"{field}_sd": spread(m, field) for field in FIGURES},
-                   "first_depth": statistics.mean(r[m]["by_depth"][0] for r in rows if r[m]["by_depth"]) if any(r[m]["by_depth"] for r in rows) else None}
-               for m in rows[0]}
+    methods = {
+        m: {
+            "speedup": mean(m, "speedup"),
+            "tokens_per_pass": mean(m, "tokens_per_pass"),
+            "c": mean(m, "c"),
+            **{f"{field}_sd": spread(m, field) for field in FIGURES},
+            "first_depth": statistics.mean(r[m]["by_depth"][0] for r in rows if r[m]["by_depth"])
+            if any(r[m]["by_depth"] for r in rows)
+            else None,
+        }
+        for m in rows[0]
+    }
     best = max((m for m in chains if m in methods), key=lambda m: methods[m]["speedup"], default=None)
-    per_prompt = [{"id": prompt_id, **{m: {field: row[m][field] for field in FIGURES} for m in row}} for prompt_id, row in zip(ids, rows)]
-    return {"methods": methods, "head_best_k": best, "prompts": len(rows),
-            "all_identical": all(r[m]["identical"] for r in rows for m in r), "per_prompt": per_prompt}
+    per_prompt = [
+        {"id": prompt_id, **{m: {field: row[m][field] for field in FIGURES} for m in row}}
+        for prompt_id, row in zip(ids, rows)
+    ]
+    return {
+        "methods": methods,
+        "head_best_k": best,
+        "prompts": len(rows),
+        "all_identical": all(r[m]["identical"] for r in rows for m in r),
+        "per_prompt": per_prompt,
+    }
 
 
 def _overall(categories: dict) -> dict:

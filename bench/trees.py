@@ -10,7 +10,7 @@ separates what a bigger tree buys from what it costs here, the trade tree.choose
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from specdec_core.config import DraftConfig, GenerationConfig
 from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE
@@ -23,7 +23,7 @@ from specdec_core.machine import this_machine
 from specdec_core.models import load_model
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.tuning import cost_curve, measured_cost_ratio
+from specdec_core.tuning import c_at_load, cost_curve
 
 from .measure import curve_fields
 
@@ -44,29 +44,51 @@ def tree_report(args) -> dict:
     head = eagle_head(target.source, DRAFT_EAGLE.removeprefix(DRAFT_EAGLE_PREFIX))
     curve = cost_curve(target.model)
     # c of a chain's head pass and of a tree level's (several nodes a pass, and the tree's bookkeeping), as served
-    chain_c, tree_c = (measured_cost_ratio(EMBEDDED_ID, target.model.dtype, spec) or 0.0 for spec in (DRAFT_EAGLE, DRAFT_EAGLE_TREE))
+    chain_c, tree_c = (
+        c_at_load(EMBEDDED_ID, target.model.dtype, spec) or 0.0 for spec in (DRAFT_EAGLE, DRAFT_EAGLE_TREE)
+    )
     c = {name: chain_c if shape is None else tree_c for name, (shape, _, _) in SHAPES.items()}
     rows: dict[str, dict[str, tuple[float, float]]] = {}
     for category, prompts in by_category("realistic", args.per_category).items():
-        steps: dict[str, list[tuple[SpecStep, int]]] = {name: [] for name in SHAPES}  # each step with its context length
+        steps: dict[str, list[tuple[SpecStep, int]]] = {
+            name: [] for name in SHAPES
+        }  # each step with its context length
         for item in prompts:
             prompt = encode_prompt(target.tokenizer, item.text)
             for name, (shape, k, sized) in SHAPES.items():
                 drafter = EagleDrafter(head, name, shape, curve if sized else None, c[name])
                 context = len(prompt)
-                for event in speculative(target.model, drafter, prompt, GenerationConfig(max_new_tokens=args.tokens), DraftConfig(k=k), stops):
+                for event in speculative(
+                    target.model, drafter, prompt, GenerationConfig(max_new_tokens=args.tokens), DraftConfig(k=k), stops
+                ):
                     if isinstance(event, SpecStep):
                         steps[name].append((event, context))
                     if isinstance(event, (PlainStep, SpecStep)):
                         context += len(event.emitted_tokens)
         rows[category] = {name: _tokens_and_cost(s, curve, c[name]) for name, s in steps.items()}
-        print(f"[{category}] " + ", ".join(f"{n} {t:.2f}/{t / cost:.2f}x" for n, (t, cost) in rows[category].items()), flush=True)
-    mean = {name: {"tokens_per_pass": statistics.mean(r[name][0] for r in rows.values()),
-                   "modelled_speedup": statistics.mean(r[name][0] / r[name][1] for r in rows.values())} for name in SHAPES}
+        print(
+            f"[{category}] " + ", ".join(f"{n} {t:.2f}/{t / cost:.2f}x" for n, (t, cost) in rows[category].items()),
+            flush=True,
+        )
+    mean = {
+        name: {
+            "tokens_per_pass": statistics.mean(r[name][0] for r in rows.values()),
+            "modelled_speedup": statistics.mean(r[name][0] / r[name][1] for r in rows.values()),
+        }
+        for name in SHAPES
+    }
     print(mean)
-    return {"when": datetime.now(timezone.utc).isoformat(), "machine": this_machine().as_dict(), "args": vars(args),
-            **curve_fields(curve), "c": c, "mean": mean,
-            "categories": {cat: {n: {"tokens_per_pass": t, "step_cost": cost} for n, (t, cost) in r.items()} for cat, r in rows.items()}}
+    return {
+        "when": datetime.now(UTC).isoformat(),
+        "machine": this_machine().as_dict(),
+        "args": vars(args),
+        **curve_fields(curve),
+        "c": c,
+        "mean": mean,
+        "categories": {
+            cat: {n: {"tokens_per_pass": t, "step_cost": cost} for n, (t, cost) in r.items()} for cat, r in rows.items()
+        },
+    }
 
 
 def _tokens_and_cost(steps: list[tuple[SpecStep, int]], curve, c: float) -> tuple[float, float]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .errors import SpecDecError
 from .limits import MAX_DRAFT_TOKENS, MAX_NEW_TOKENS
+
 MAX_TEMPERATURE = 100.0
 
 

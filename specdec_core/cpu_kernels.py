@@ -46,7 +46,8 @@ MKL_PACK_ROWS = 8  # the row count MKL packs for; the pack computes every row co
 
 # kernel -> module -> ((data_ptr, dtype, version) of the weight it was packed from, what that kernel reads)
 _packed: dict[str, weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple, object]]] = {
-    kernel: weakref.WeakKeyDictionary() for kernel in PACKED_KERNELS}
+    kernel: weakref.WeakKeyDictionary() for kernel in PACKED_KERNELS
+}
 
 
 # Set (SPECDEC_FORCE_AVX2=1, or force_avx2_path) to run as on a CPU without AVX-512: no oneDNN
@@ -207,8 +208,11 @@ def _linear(self: torch.nn.Linear, x: torch.Tensor, kernel: str) -> torch.Tensor
 
 
 def _patched_linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    return [m for m in model.modules() if type(m) is torch.nn.Linear and "forward" in m.__dict__
-            and m.forward.__func__ is _prepacked_linear]
+    return [
+        m
+        for m in model.modules()
+        if type(m) is torch.nn.Linear and "forward" in m.__dict__ and m.forward.__func__ is _prepacked_linear
+    ]
 
 
 def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
@@ -229,7 +233,9 @@ def release_dense_weights(model: torch.nn.Module) -> torch.nn.Module:
         if weight.is_meta or readers[weight.data_ptr()] > 1 or not all(supports(k, weight.dtype) for k in kernels):
             continue
         packs = {kernel: _packed_weight(module, kernel) for kernel in kernels}
-        module.weight = torch.nn.Parameter(torch.empty(weight.shape, dtype=weight.dtype, device="meta"), requires_grad=False)
+        module.weight = torch.nn.Parameter(
+            torch.empty(weight.shape, dtype=weight.dtype, device="meta"), requires_grad=False
+        )
         for kernel, packed in packs.items():
             _packed[kernel][module] = ((0, weight.dtype, 0), packed)
     # from_pretrained maps the weights file into memory and every weight is a view of that one
@@ -250,9 +256,15 @@ def linear_weight_bytes(model: torch.nn.Module) -> int:
 def resident_bytes(model: torch.nn.Module) -> int:
     """Bytes a model holds: its tensors that are not released, plus every packed copy its linears keep (a
     plan with stock, oneDNN and MKL widths keeps three copies of each weight)."""
-    tensors = {t.data_ptr(): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()] if not t.is_meta}
-    packs = sum(m.weight.numel() * m.weight.element_size() for m in _patched_linears(model)
-                for kernel in PACKED_KERNELS if m in _packed[kernel])
+    tensors = {
+        t.data_ptr(): t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()] if not t.is_meta
+    }
+    packs = sum(
+        m.weight.numel() * m.weight.element_size()
+        for m in _patched_linears(model)
+        for kernel in PACKED_KERNELS
+        if m in _packed[kernel]
+    )
     return sum(tensors.values()) + packs
 
 

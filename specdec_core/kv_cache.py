@@ -6,9 +6,9 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from .drafters.tree import attention_mask, positions
 from .errors import SpecDecError
 from .lean_pass import run_pass
+from .tree import attention_mask, positions
 
 MIN_ROOM = 256  # positions a growing buffer holds at first (with_room); when full it grows to twice what is asked
 
@@ -39,7 +39,9 @@ class GrowingLayer(DynamicLayer):
         self.room = tuple(with_room(states[..., :0, :], 0, 1, dim=-2) for states in (key_states, value_states))
         self.keys, self.values = (buffer[..., :0, :] for buffer in self.room)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         length = self.get_seq_length()
@@ -58,7 +60,7 @@ class GrowingLayer(DynamicLayer):
             self.room = tuple(buffer[indices] for buffer in self.room)
             self.keys, self.values = (buffer[..., :length, :] for buffer in self.room)
 
-    def keep_rows(self, start: int, rows: torch.Tensor) -> None:
+    def compact_rows(self, start: int, rows: torch.Tensor) -> None:
         """Compacts the positions from `start` on to those at start + rows (ascending), written back into the
         buffer right after the prefix, which stays where it is: moving only the pass's rows rather than the
         whole cache saves ~4 ms of a 6-node tree step behind 400 tokens (30 layers, 2-core AMD EPYC)."""
@@ -93,15 +95,21 @@ class CachedModel:
     def length(self) -> int:
         return self.cache.get_seq_length()
 
-    def forward(self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None) -> torch.Tensor:
+    def forward(
+        self, token_ids: list[int], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None
+    ) -> torch.Tensor:
         """Appends token_ids to the cache; returns float32 logits [logits_to_keep, V] for the last positions.
 
-        parents: the last len(parents) tokens are a draft tree (drafters/tree.py), each attending to
+        parents: the last len(parents) tokens are a draft tree (tree.py), each attending to
         the context and its own ancestors only; the tokens before them continue the context."""
         return self._forward(token_ids, logits_to_keep, (), parents)[0]
 
     def forward_with_features(
-        self, token_ids: list[int], layers: tuple[int, ...], logits_to_keep: int = 1, parents: tuple[int, ...] | None = None,
+        self,
+        token_ids: list[int],
+        layers: tuple[int, ...],
+        logits_to_keep: int = 1,
+        parents: tuple[int, ...] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """As forward, plus the hidden states [len(token_ids), len(layers) * H] of the numbered layers (from 0;
         -1 the last), side by side (the last layer's before the final norm): what a feature drafter
@@ -117,10 +125,13 @@ class CachedModel:
         tree = {}
         if parents:  # a 4D mask and explicit positions, which transformers uses as given
             tail, cached = len(token_ids) - len(parents), self.length
-            tree = {"attention_mask": attention_mask(parents, tail, cached).to(self.device),
-                    "position_ids": positions(parents, tail, cached).to(self.device)}
-        logits, features = run_pass(self.model, input_ids, self.cache, logits_to_keep=logits_to_keep,
-                                    feature_layers=layers, **tree)
+            tree = {
+                "attention_mask": attention_mask(parents, tail, cached).to(self.device),
+                "position_ids": positions(parents, tail, cached).to(self.device),
+            }
+        logits, features = run_pass(
+            self.model, input_ids, self.cache, logits_to_keep=logits_to_keep, feature_layers=layers, **tree
+        )
         self.passes += 1
         return logits[0].float().cpu(), features[0].float().cpu() if layers else None
 
@@ -139,7 +150,7 @@ class CachedModel:
             self.cache.update(layer.keys[..., :length, :].to(dtype), layer.values[..., :length, :].to(dtype), i)
 
     @torch.inference_mode()  # the buffers are inference tensors, written in place
-    def keep(self, start: int, rows: list[int]) -> None:
+    def compact(self, start: int, rows: list[int]) -> None:
         """KV compaction after a tree step: of the positions from `start` on, keeps only `rows` (the
         fed context tail and the accepted path), moved to sit right after the kept prefix. The cache
         then equals one computed over those tokens alone: each kept entry saw only its ancestors."""
@@ -150,7 +161,7 @@ class CachedModel:
         for layer in self.cache.layers:
             if type(layer) is not GrowingLayer:  # sliding windows drop entries: a moved one could be gone
                 raise SpecDecError("Draft trees need a model whose cache keeps every position (no sliding window).")
-            layer.keep_rows(start, kept)
+            layer.compact_rows(start, kept)
 
     def rollback(self, length: int) -> None:
         """Drops cached positions past `length`: the rejected drafts. No recomputation of the kept prefix."""

@@ -4,7 +4,7 @@ the same order, without transformers' per-call machinery; q/k/v and gate/up each
 Why by hand: a decode step of SmolLM2-135M on 2 CPU cores spent ~40% of its time outside matrix
 products (torch.profiler, bench/bandwidth.py): the output-capturing decorators, mask construction,
 the attention-function dispatch and ~2,800 small ops of 30 layers. transformers offers no leaner
-path short of torch.compile, whose compile takes minutes per shape on these machines (bench/compiled.py).
+path short of torch.compile, whose compile takes minutes per shape on these machines (bench/experiments/compiled.py).
 Only the orchestration is written here: the norms, the rotary table, the activation, the cache and
 scaled_dot_product_attention are transformers' and torch's own, called in transformers' order, so the
 logits are those of the stock forward (tests/specdec_core/test_lean_pass.py holds it to that).
@@ -28,6 +28,8 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import rotate_half
 
+from .tree import causal_mask
+
 log = logging.getLogger(__name__)
 
 # model types whose decoder layer is Llama's: pre-norm, rotary on q and k, gated MLP, no extra norms
@@ -50,8 +52,13 @@ def lean_unsupported(model: PreTrainedModel) -> str | None:
 
 def _stacked(parts: list[torch.nn.Linear]) -> torch.nn.Linear:
     biases = [part.bias for part in parts]
-    fused = torch.nn.Linear(parts[0].in_features, sum(p.out_features for p in parts), bias=biases[0] is not None,
-                            device="meta", dtype=parts[0].weight.dtype)
+    fused = torch.nn.Linear(
+        parts[0].in_features,
+        sum(p.out_features for p in parts),
+        bias=biases[0] is not None,
+        device="meta",
+        dtype=parts[0].weight.dtype,
+    )
     fused.weight = torch.nn.Parameter(torch.cat([p.weight.detach() for p in parts]), requires_grad=False)
     if fused.bias is not None:
         fused.bias = torch.nn.Parameter(torch.cat([b.detach() for b in biases]), requires_grad=False)
@@ -77,7 +84,9 @@ def fuse_projections(model: PreTrainedModel) -> bool:
     """Fuses the model's layers (fuse_layers); returns whether model now takes the lean pass."""
     reason = lean_unsupported(model)
     if reason:
-        log.info("Lean forward pass not used for %s: %s; transformers' forward runs.", model.config.name_or_path, reason)
+        log.info(
+            "Lean forward pass not used for %s: %s; transformers' forward runs.", model.config.name_or_path, reason
+        )
         return False
     fuse_layers(model.model.layers)
     model.forward = types.MethodType(_forward_refused, model)  # transformers' forward reads the removed layers
@@ -85,9 +94,11 @@ def fuse_projections(model: PreTrainedModel) -> bool:
 
 
 def _forward_refused(model: PreTrainedModel, *args, **kwargs):
-    raise TypeError("This model's layers are fused for the lean pass: run it through specdec_core.lean_pass.run_pass "
-                    "(kv_cache.CachedModel does), or load it with load_model(..., for_generate=True) for transformers' "
-                    "forward and generate.")
+    raise TypeError(
+        "This model's layers are fused for the lean pass: run it through specdec_core.lean_pass.run_pass "
+        "(kv_cache.CachedModel does), or load it with load_model(..., for_generate=True) for transformers' "
+        "forward and generate."
+    )
 
 
 def is_lean(model: PreTrainedModel) -> bool:
@@ -97,8 +108,13 @@ def is_lean(model: PreTrainedModel) -> bool:
 
 
 def run_pass(
-    model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache, position_ids: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, feature_layers: tuple[int, ...] = (),
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: Cache,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    logits_to_keep: int = 1,
+    feature_layers: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The one way a loaded model runs a pass: the lean one for a fused model, else transformers' forward.
     Same arguments and results as lean_forward."""
@@ -106,8 +122,15 @@ def run_pass(
         layers = tuple(i % model.config.num_hidden_layers for i in feature_layers)
         return lean_forward(model, input_ids, cache, position_ids, attention_mask, logits_to_keep, layers)
     selected = hidden_state_indices(model, feature_layers)
-    out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep, position_ids=position_ids,
-                attention_mask=attention_mask, output_hidden_states=selected or None)
+    out = model(
+        input_ids=input_ids,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=logits_to_keep,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
+        output_hidden_states=selected or None,
+    )
     return out.logits, torch.cat([out.hidden_states[i] for i in selected], dim=-1) if selected else None
 
 
@@ -120,26 +143,26 @@ def hidden_state_indices(model: PreTrainedModel, layers: tuple[int, ...]) -> lis
     return [i % model.config.num_hidden_layers + 1 for i in layers]
 
 
-def causal_mask(new: int, cached: int) -> torch.Tensor:
-    """[1, 1, new, cached + new] bool, True = attend: each new token sees the cache and the new ones up to itself."""
-    return torch.ones(new, cached + new, dtype=torch.bool).tril(cached)[None, None]
-
-
 def lean_forward(
-    model: PreTrainedModel, input_ids: torch.Tensor, cache: Cache, position_ids: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None, logits_to_keep: int = 1, feature_layers: tuple[int, ...] = (),
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    cache: Cache,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    logits_to_keep: int = 1,
+    feature_layers: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One pass of a fused model over input_ids [1, T]: (logits [1, logits_to_keep, V], the outputs of the
     layers numbered in feature_layers (ascending, from 0), side by side [1, T, len(feature_layers) * H], or
-    None when there are none; the last layer's output is taken before the final norm). attention_mask: a 4D bool mask (a draft
-    tree) used with position_ids as given; without one, positions continue the cache causally."""
+    None when there are none; the last layer's output is taken before the final norm). attention_mask: a 4D bool mask
+    (a draft tree) used with position_ids as given; without one, positions continue the cache causally."""
     inner, config = model.model, model.config
     new, cached = input_ids.shape[1], cache.get_seq_length()
     hidden = inner.embed_tokens(input_ids)
     if position_ids is None:
         position_ids = (torch.arange(new, device=input_ids.device) + cached)[None]
     if attention_mask is None and new > 1 and cached:
-        attention_mask = causal_mask(new, cached).to(input_ids.device)
+        attention_mask = causal_mask(new, cached)[None, None].to(input_ids.device)
     cos, sin = (table[:, None] for table in inner.rotary_emb(hidden, position_ids))
     features = []
     for index, layer in enumerate(inner.layers):
@@ -150,8 +173,16 @@ def lean_forward(
     return logits, torch.cat(features, dim=-1) if features else None
 
 
-def lean_layer(layer: torch.nn.Module, config, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: Cache,
-               index: int, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def lean_layer(
+    layer: torch.nn.Module,
+    config,
+    hidden: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cache: Cache,
+    index: int,
+    attention_mask: torch.Tensor | None,
+) -> torch.Tensor:
     """One fused Llama decoder layer over hidden [1, T, H] (cos, sin: [1, 1, T, head_dim]; attention_mask:
     bool or additive, [1, 1, T, cached + T], or None for causal), its keys and values appended to cache
     entry `index`: transformers' ops in transformers' order, without its call machinery."""
@@ -166,9 +197,15 @@ def lean_layer(layer: torch.nn.Module, config, hidden: torch.Tensor, cos: torch.
     # Grouped heads inside the kernel, with or without a mask: transformers repeats the keys and values
     # for a masked pass instead, the same numbers (tests) at twice the cost (~1.5 ms of a 5-token pass
     # behind 160 tokens, ~15 ms behind 1,500; 2-core AMD EPYC).
-    out = F.scaled_dot_product_attention(rotated[:, :heads], keys, values, attn_mask=attention_mask,
-                                         scale=attention.scaling, is_causal=attention_mask is None and new > 1,
-                                         enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        rotated[:, :heads],
+        keys,
+        values,
+        attn_mask=attention_mask,
+        scale=attention.scaling,
+        is_causal=attention_mask is None and new > 1,
+        enable_gqa=True,
+    )
     hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, new, -1))
     gate, up = mlp.gate_up_proj(layer.post_attention_layernorm(hidden)).chunk(2, dim=-1)
     return hidden + mlp.down_proj(mlp.act_fn(gate) * up)

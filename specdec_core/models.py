@@ -20,11 +20,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .embedded import embedded_gguf_path
 from .cpu_kernels import release_dense_weights, resident_bytes, speed_up_linears
+from .embedded import embedded_gguf_path
 from .errors import ModelLoadError, VocabularyMismatchError
 from .lean_pass import fuse_projections
-from .tuning import tune_target
 from .sources import (
     EMBEDDED_ID,
     cache_dir,
@@ -38,6 +37,7 @@ from .sources import (
     public_mode,
     safe_message,
 )
+from .tuning import tune_target
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +129,13 @@ def load_model(source: str, for_generate: bool = False) -> LoadedModel:
     check_public_size(source, parameters)
     size = loaded_bytes(parameters, default_dtype()) if parameters else 0
     key = ("model for generate" if for_generate else "model", source)
-    return MODELS.get(key, source, size, lambda: _load(source, kind, default_dtype(), lean=not for_generate),
-                      lambda loaded: resident_bytes(loaded.model))
+    return MODELS.get(
+        key,
+        source,
+        size,
+        lambda: _load(source, kind, default_dtype(), lean=not for_generate),
+        lambda loaded: resident_bytes(loaded.model),
+    )
 
 
 def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True, lean: bool = True) -> LoadedModel:
@@ -163,11 +168,15 @@ def load_stock(source: str, dtype: torch.dtype) -> PreTrainedModel:
     return _load(source.strip(), classify(source.strip()), dtype, fast=False).model
 
 
-def _from_pretrained(location: str, source: str, dtype: torch.dtype, fast: bool, lean: bool = False, **kwargs) -> LoadedModel:
+def _from_pretrained(
+    location: str, source: str, dtype: torch.dtype, fast: bool, lean: bool = False, **kwargs
+) -> LoadedModel:
     try:
         # The config first: a repository that needs custom code is refused before anything else loads.
         config = AutoConfig.from_pretrained(location, trust_remote_code=False, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(location, config=config, dtype=dtype, trust_remote_code=False, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            location, config=config, dtype=dtype, trust_remote_code=False, **kwargs
+        )
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=False, **kwargs)
     except ValueError as error:
         if "trust_remote_code" in str(error) or "remote code" in str(error):
@@ -221,5 +230,3 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
             f"'{draft.source}' scores {draft_vocab} tokens and '{target.source}' {target_vocab}: "
             "their outputs cannot be compared."
         )
-
-

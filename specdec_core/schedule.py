@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Protocol
 
 from .config import DraftConfig
+from .costs import CONTEXT_TOKENS, CostCurve
 from .events import PlainStep, Step
 from .limits import MEASURED_DRAFT_TOKENS
 from .theory import expected_tokens_per_step
-from .tuning import CONTEXT_TOKENS, CostCurve
 
-
-ADAPTIVE_LONGEST = MEASURED_DRAFT_TOKENS  # drafts that always agree (self-drafts) want long k; the cost model stops it there
+ADAPTIVE_LONGEST = (
+    MEASURED_DRAFT_TOKENS  # drafts that always agree (self-drafts) want long k; the cost model stops it there
+)
 
 
 class DraftLength(Protocol):
@@ -76,11 +77,14 @@ class AdaptiveDraftLength:
         self._measured_curve = curve
         self._curve_here = curve  # the measured curve read at the latest context's length
         self._single_pass_seconds: float | None = None  # T(1) of this run, from passes of any width via the curve
-        # Decayed draft tokens the target ruled on (the accepted ones plus the first rejected) and accepted, from the prior on.
+        # Decayed draft tokens the target ruled on (the accepted ones plus the first rejected) and accepted,
+        # from the prior on.
         self._judged = self.PRIOR_JUDGED
         self._accepted = self.PRIOR_ACCEPTED
         self._draft_pass_seconds: float | None = None
-        self._seen_first_draft = False  # the first draft also reads the whole prompt (a head's prefill): its time is not a pass's
+        self._seen_first_draft = (
+            False  # the first draft also reads the whole prompt (a head's prefill): its time is not a pass's
+        )
         self._target_pass_seconds: dict[int, float] = {}  # tokens in the pass -> seconds
         self._probe_wait = self.FIRST_PROBE_WAIT
         self._plain_steps = 0
@@ -131,6 +135,7 @@ class AdaptiveDraftLength:
     def _best_k(self) -> int:
         if not self._target_pass_seconds or self._draft_pass_seconds is None:
             return self.k
+
         def tokens_per_second(k: int) -> float:
             seconds = k * self._draft_pass_seconds + self._target_seconds(k + 1)
             return expected_tokens_per_step(self.acceptance_rate, k) / seconds
@@ -162,6 +167,7 @@ def make_schedule(config: DraftConfig, curve: CostCurve | None = None, gates_its
     """gates_itself: the drafter decides per step whether its costly part runs (the hybrid's head), so
     the adaptive k sizes that part and never turns drafting off."""
     if config.adaptive:
-        return AdaptiveDraftLength(start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), curve=curve,
-                                   shortest=1 if gates_itself else 0)
+        return AdaptiveDraftLength(
+            start=config.k, longest=max(config.k, ADAPTIVE_LONGEST), curve=curve, shortest=1 if gates_itself else 0
+        )
     return FixedDraftLength(config.k)

@@ -55,7 +55,7 @@ PUBLIC_RULE = (
 
 
 def classify(source: str) -> str:
-    """"embedded", "gguf", "folder" or "hub"; raises for anything else (and for local paths in public mode)."""
+    """ "embedded", "gguf", "folder" or "hub"; raises for anything else (and for local paths in public mode)."""
     if source == EMBEDDED_ID:
         return "embedded"
     looks_local = source.endswith(".gguf") or source.startswith(("/", ".", "~")) or os.sep in source.replace("/", "", 1)
@@ -89,7 +89,7 @@ def parameter_count(source: str, kind: str) -> int | None:
 def hub_parameters(repo_id: str) -> int | None:
     """From the local hub cache if the model is there, else from the hub's safetensors metadata."""
     from huggingface_hub import scan_cache_dir  # noqa: PLC0415  (slow import, only needed here)
-    from huggingface_hub.errors import CacheNotFound
+    from huggingface_hub.errors import CacheNotFound  # noqa: PLC0415
 
     try:
         for repo in scan_cache_dir().repos:
@@ -175,10 +175,13 @@ def check_public_size(source: str, parameters: int | None) -> None:
         return
     bound = public_parameter_bound()
     if parameters is None:
-        raise ModelLoadError(f"'{source}': its size could not be read from the hub, so this public demo does not load it.")
+        raise ModelLoadError(
+            f"'{source}': its size could not be read from the hub, so this public demo does not load it."
+        )
     if parameters > bound:
         raise ModelLoadError(
-            f"'{source}' has {_count(parameters)}; this public demo loads models up to {_count(bound)}. Pick a smaller model."
+            f"'{source}' has {_count(parameters)}; this public demo loads models up to {_count(bound)}. "
+            "Pick a smaller model."
         )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 
-from .drafters.tree import depths
 from .events import Event, Finished, SpecStep, Step, Summary
+from .tree import depths
 
 
 def generated_tokens(events: Iterable[Event]) -> list[int]:
@@ -60,9 +60,9 @@ def plain_step_seconds(steps: Sequence[Step]) -> list[float]:
     return [s.seconds for s in steps[1:] if not s.drafted_count]
 
 
-def cost_ratio(draft_passes: Sequence[float], plain_steps: Sequence[float]) -> float | None:
-    """c: the median draft pass over the median single-token target step (medians: a pass that
-    lands on a busy moment of a shared CPU moves a mean, not a median); None without both."""
+def c_in_run(draft_passes: Sequence[float], plain_steps: Sequence[float]) -> float | None:
+    """c, draft pass over target pass: the median draft pass over the median single-token target step (medians: a pass
+    that lands on a busy moment of a shared CPU moves a mean, not a median); None without both."""
     if not draft_passes or not plain_steps:
         return None
     return statistics.median(draft_passes) / statistics.median(plain_steps)

@@ -26,20 +26,15 @@ import psutil
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from .costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve, non_decreasing
 from .cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, linear_weight_bytes, set_kernel_plan, supports
 from .lean_pass import is_lean, run_pass
-from .limits import MEASURED_DRAFT_TOKENS, context_window
+from .limits import context_window
 from .machine import this_machine
 from .sources import cache_dir, memory_budget
 
 log = logging.getLogger(__name__)
 
-LONGEST_VERIFICATION = MEASURED_DRAFT_TOKENS + 1  # the cost curve covers passes of 1..17 tokens (k up to 16)
-CONTEXT_TOKENS = 160  # cached tokens behind a timed pass: a prompt plus part of an answer
-# ... and behind a long prompt (a passage to summarize, a RAG context): a pass's attention reads every cached
-# token for each new one, so a wide pass costs relatively more there (SmolLM2-135M, 2-core AMD EPYC: T(7)/T(1)
-# 1.12 behind 160 tokens, 1.33 behind 1,200), and a tree sized by the short curve lost to the chain on long prompts.
-LONG_CONTEXT_TOKENS = 1024
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
 NARROW_ROUNDS = 3  # the cost curve's passes over up to KERNEL_WIDTHS tokens get this many times REPEATS (_time_widths)
 # Kernels are timed for passes over 1..KERNEL_WIDTHS tokens; the widest one's serves every wider pass. Libraries
@@ -48,65 +43,6 @@ NARROW_ROUNDS = 3  # the cost curve's passes over up to KERNEL_WIDTHS tokens get
 KERNEL_WIDTHS = 9
 KERNELS = (PACKED, STOCK, MKL_PACKED)  # the target's candidates, timed where they run (cpu_kernels.supports)
 PADDING_GAIN = 1.05  # a width is computed one row wider (KernelPlan.padded_rows) where that pass is this much cheaper
-
-
-@dataclass(frozen=True, slots=True)
-class CostCurve:
-    """seconds[n - 1]: one target pass over n new tokens with CONTEXT_TOKENS cached (medians);
-    long_seconds: the same with LONG_CONTEXT_TOKENS cached, where measured. A curve from at(context) holds
-    the seconds at that context alone."""
-
-    seconds: tuple[float, ...]
-    long_seconds: tuple[float, ...] | None = None
-
-    def ratio(self, tokens: int) -> float:
-        """T(n) / T(1). Past the widest measured pass (a hybrid's merged tree can be 33 tokens wide, a k of 32
-        asked through the API), the cost is extrapolated along the mean step of the curve's upper half: the work
-        of a pass past a few rows grows about linearly in its width. Not along its last step alone: the
-        non-decreasing fit often pools the noisy top into a flat run, which priced 18..33 tokens as 17 (on the
-        Intel Xeon a 32-token pass cost 2.7 one-token passes, priced 1.65)."""
-        n, widest = max(tokens, 1), len(self.seconds)
-        if n <= widest:
-            return self.seconds[n - 1] / self.seconds[0]
-        middle = widest // 2
-        slope = (self.seconds[-1] - self.seconds[middle - 1]) / (widest - middle) if widest > 1 else 0.0
-        return (self.seconds[-1] + (n - widest) * slope) / self.seconds[0]
-
-    def describe(self) -> str:
-        """A few points of the curve, for logs and the app: "T(5)/T(1) = 1.02, T(9)/T(1) = 1.13, T(17)/T(1) = 1.55"."""
-        return ", ".join(f"T({n})/T(1) = {self.ratio(n):.2f}" for n in (5, 9, LONGEST_VERIFICATION))
-
-    @property
-    def ratios(self) -> list[float]:
-        return [self.ratio(n) for n in range(1, len(self.seconds) + 1)]
-
-    def at(self, context: int) -> CostCurve:
-        """The curve with `context` tokens cached: linear in the context between the two measured and beyond
-        (attention's cost is), the short one up to CONTEXT_TOKENS or where no long one was measured."""
-        if self.long_seconds is None or context <= CONTEXT_TOKENS:
-            return CostCurve(self.seconds)
-        weight = (context - CONTEXT_TOKENS) / (LONG_CONTEXT_TOKENS - CONTEXT_TOKENS)
-        return CostCurve(tuple(_non_decreasing([short + weight * (long - short) for short, long in zip(self.seconds, self.long_seconds)])))
-
-    def step_costs(self, context: int, c: float) -> StepCosts:
-        """What a speculative step costs behind `context` cached tokens, in one-token target passes there.
-        c (a draft pass over a one-token target pass behind CONTEXT_TOKENS, as measured at load) shrinks in
-        those units: the target's pass grows with the context much faster than a one-layer draft's does."""
-        here = self.at(context)
-        return StepCosts(here, c * self.seconds[0] / here.seconds[0])
-
-
-@dataclass(frozen=True, slots=True)
-class StepCosts:
-    """A step's costs behind one context length, in one-token target passes at that length (CostCurve.step_costs):
-    what sizes a tree, prices the hybrid's head and models a bench step, so that all three count alike."""
-
-    verify: CostCurve  # the curve at this context: verify.ratio(n) is a pass over n tokens
-    c: float  # one draft pass
-
-    def step(self, verified_tokens: int, draft_passes: int) -> float:
-        """A target pass over verified_tokens (the draft's nodes plus the token fed with them) and the draft's passes."""
-        return self.verify.ratio(verified_tokens) + draft_passes * self.c
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +55,10 @@ class Choice:
     note: str = ""
 
     def describe(self, timings: bool = True) -> str:
-        """"part: chosen (each timing, fastest first); note"; without the timings where a view shows them otherwise."""
-        listed = ", ".join(f"{name} {1000 * s:.2f} ms" for name, s in sorted(self.seconds.items(), key=lambda kv: kv[1]))
+        """ "part: chosen (each timing, fastest first); note"; without the timings where a view shows them otherwise."""
+        listed = ", ".join(
+            f"{name} {1000 * s:.2f} ms" for name, s in sorted(self.seconds.items(), key=lambda kv: kv[1])
+        )
         return f"{self.part}: {self.chosen}{f' ({listed})' if timings else ''}{'; ' + self.note if self.note else ''}"
 
 
@@ -159,7 +97,7 @@ def draft_pass(target_source: str, drafter: str) -> tuple[float, str] | None:
     return _draft_passes.get((target_source, drafter))
 
 
-def measured_cost_ratio(target_source: str, target_dtype: torch.dtype, drafter: str) -> float | None:
+def c_at_load(target_source: str, target_dtype: torch.dtype, drafter: str) -> float | None:
     """c measured at load: one draft pass over one single-token target pass; None before both were measured."""
     target, draft = tuning_of(target_source, target_dtype), draft_pass(target_source, drafter)
     return None if target is None or draft is None else draft[0] / target.curve.seconds[0]
@@ -207,7 +145,9 @@ def cached(name: str, identity: dict, measure: Callable[[], dict]) -> tuple[dict
         log.warning("%s measured while other work kept the CPU busy: used, and measured again on a quiet start", name)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_suffix(f".{os.getpid()}.tmp")
-    staging.write_text(json.dumps({"machine": machine.as_dict(), "identity": identity, "busy": busy_now, "result": result}, indent=1))
+    staging.write_text(
+        json.dumps({"machine": machine.as_dict(), "identity": identity, "busy": busy_now, "result": result}, indent=1)
+    )
     staging.replace(path)  # atomic: two processes measuring at once both leave a whole file
     return result, False
 
@@ -246,10 +186,16 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     Call before cpu_kernels.release_dense_weights: the stock candidate reads the dense weights."""
     dtype = next(model.parameters()).dtype
     candidates = _kernel_candidates(model, dtype)
-    identity = {"model": name, "dtype": str(dtype), "config": model.config.to_json_string(use_diff=True),
-                "pass": "lean" if is_lean(model) else "transformers", "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
-                "plan": "kernels by width and padded rows", "timing": "settled T(1), ratios by round",
-                "kernels": [*candidates, KERNEL_WIDTHS]}
+    identity = {
+        "model": name,
+        "dtype": str(dtype),
+        "config": model.config.to_json_string(use_diff=True),
+        "pass": "lean" if is_lean(model) else "transformers",
+        "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
+        "plan": "kernels by width and padded rows",
+        "timing": "settled T(1), ratios by round",
+        "kernels": [*candidates, KERNEL_WIDTHS],
+    }
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
@@ -262,10 +208,12 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
             plan = replace(plan, padded_rows=padded)
             set_kernel_plan(model, plan)
             raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS, NARROW_ROUNDS)
-        short = _non_decreasing(raw)
-        long_curve = None  # a window too short to hold the long context (tiny test models, GPT-2's 1,024): the short curve alone
+        short = non_decreasing(raw)
+        long_curve = (
+            None  # a window too short to hold the long context (tiny test models, GPT-2's 1,024): the short curve alone
+        )
         if context_window(model) >= LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:
-            long = _non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS, NARROW_ROUNDS))
+            long = non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS, NARROW_ROUNDS))
             # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
             long_curve = [max(s, t) for s, t in zip(short, long)]
         plan_fields = [plan.single, plan.wide, list(plan.padded_rows), list(plan.narrow)]
@@ -275,15 +223,26 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     single, wide, padded, narrow = result["plan"]
     plan = KernelPlan(single, wide, tuple(padded), tuple(narrow))
     set_kernel_plan(model, plan)
-    choice = Choice("target linears", plan.describe(LONGEST_VERIFICATION), result["kernels"],
-                    "read from the tuning cache" if from_disk else "measured now")
+    choice = Choice(
+        "target linears",
+        plan.describe(LONGEST_VERIFICATION),
+        result["kernels"],
+        "read from the tuning cache" if from_disk else "measured now",
+    )
     long_curve = result.get("long_curve")
     tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))
     _tunings[model] = tuning
     if served:
         _tunings_by_source[(name, str(dtype))] = tuning
     curve = tuning.curve
-    log.info("%s on %s: %s; %s behind %d tokens", name, this_machine().kind, choice.describe(), curve.describe(), CONTEXT_TOKENS)
+    log.info(
+        "%s on %s: %s; %s behind %d tokens",
+        name,
+        this_machine().kind,
+        choice.describe(),
+        curve.describe(),
+        CONTEXT_TOKENS,
+    )
     if curve.long_seconds is not None:
         log.info("  behind %d tokens: %s", LONG_CONTEXT_TOKENS, curve.at(LONG_CONTEXT_TOKENS).describe())
     return tuning
@@ -328,6 +287,7 @@ def _padded_rows(seconds: list[float]) -> tuple[int, ...]:
 def _plan_from(kernels: dict[str, float]) -> KernelPlan:
     """The fastest kernel per width timed, the widest's for every wider pass; STOCK where nothing was timed
     (no packed kernel for the dtype, or not a CPU)."""
+
     def best(width: int) -> str:
         timed = {k: kernels[kernel_key(k, width)] for k in KERNELS if kernel_key(k, width) in kernels}
         return min(timed, key=timed.__getitem__) if timed else STOCK
@@ -340,8 +300,9 @@ def _plan_from(kernels: dict[str, float]) -> KernelPlan:
 
 
 @torch.inference_mode()
-def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: int = CONTEXT_TOKENS,
-                 narrow_rounds: int = 1) -> list[float]:
+def _time_widths(
+    model: PreTrainedModel, widths, repeats: int, context_tokens: int = CONTEXT_TOKENS, narrow_rounds: int = 1
+) -> list[float]:
     """Seconds of one pass over n new tokens, per n in widths (from 1), behind context_tokens cached ones.
 
     Timed in rounds over the widths, each opened by an untimed one-token pass: right after a wide pass a one-token
@@ -383,28 +344,12 @@ def _time_widths(model: PreTrainedModel, widths, repeats: int, context_tokens: i
     return [single if n == 1 else single * statistics.median(ratios[n]) for n in widths]
 
 
-def _non_decreasing(values: list[float]) -> list[float]:
-    """The closest non-decreasing sequence in least squares (pool adjacent violators).
-
-    A pass over more tokens does no less work, so a dip in the medians is timing noise; this keeps
-    the noise from making k + 1 = 6 look cheaper than 5. Hand-written: ten lines, and the libraries
-    that have it (scikit-learn, scipy >= 1.12) are not runtime dependencies here."""
-    blocks: list[list[float]] = []  # [mean, count]
-    for value in values:
-        blocks.append([value, 1])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            mean, count = blocks.pop()
-            blocks[-1] = [(blocks[-1][0] * blocks[-1][1] + mean * count) / (blocks[-1][1] + count), blocks[-1][1] + count]
-    return [mean for mean, count in blocks for _ in range(int(count))]
-
-
 # ---- drafts -------------------------------------------------------------------------------------------
 
-DRAFT_TOKENS = 4  # a timed draft: k = 4, the head's usual length
 
-
-def choose_fastest(part: str, identity: dict, builders: dict[str, Callable[[], object]],
-                   time_one: Callable[[object], float]) -> tuple[object, Choice]:
+def choose_fastest(
+    part: str, identity: dict, builders: dict[str, Callable[[], object]], time_one: Callable[[object], float]
+) -> tuple[object, Choice]:
     """Builds each candidate, times it with time_one, keeps the fastest (cached per machine), rebuilds it."""
 
     def measure() -> dict:
@@ -415,27 +360,3 @@ def choose_fastest(part: str, identity: dict, builders: dict[str, Callable[[], o
     choice = Choice(part, chosen, seconds, "read from the tuning cache" if from_disk else "measured now")
     log.info("%s on %s: %s", part, this_machine().kind, choice.describe())
     return builders[chosen](), choice
-
-
-def head_draft_seconds(head, tree=None) -> float:
-    """Median seconds of one draft pass of an EAGLE head (a DRAFT_TOKENS-token draft, divided). tree: a
-    drafters.eagle.TreeShape to time a tree's levels instead (several nodes a pass, and the tree's bookkeeping)."""
-    from .config import SamplingConfig  # noqa: PLC0415  (eagle imports sampling; kept local to avoid a cycle at import)
-    from .drafters.eagle import EagleDrafter  # noqa: PLC0415
-    from .sampling import Sampler  # noqa: PLC0415
-
-    drafter = EagleDrafter(head, tree=tree)
-    features = torch.randn(CONTEXT_TOKENS + 64, head.config.feature_width, generator=torch.Generator().manual_seed(0))
-    vocab = head.config.vocab_size
-    context = [i % vocab for i in range(CONTEXT_TOKENS)]
-    sampler = Sampler(SamplingConfig())
-
-    def step() -> None:
-        """As in a run where the last draft was rejected: one new verified token, then a k-token draft."""
-        context.append((context[-1] + 1) % vocab)
-        newest = len(context) - 2  # the target has read up to here; the newest token comes with the next pass
-        drafter.observe_features(newest, features[newest : newest + 1])
-        drafter.propose(context, DRAFT_TOKENS, sampler)
-
-    drafter.observe_features(0, features[: CONTEXT_TOKENS - 1])
-    return median_seconds(step, repeats=9) / DRAFT_TOKENS

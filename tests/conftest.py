@@ -47,7 +47,9 @@ def layer_outputs(model: LlamaForCausalLM, tokens: list[int]) -> list[torch.Tens
     return outputs
 
 
-def tiny_llama(seed: int, vocab_size: int = 32, layers: int = 2, window: int = 256, fast: bool = True) -> LlamaForCausalLM:
+def tiny_llama(
+    seed: int, vocab_size: int = 32, layers: int = 2, window: int = 256, fast: bool = True
+) -> LlamaForCausalLM:
     """A random 2-layer Llama: real attention, real KV cache, a forward pass in well under a millisecond.
     fast: with the project's CPU linears (cpu_kernels.speed_up_linears); else stock nn.Linear."""
     torch.manual_seed(seed)
@@ -172,8 +174,17 @@ def serve_wheels(tmp_path) -> Iterator:
     """serve_wheels([wheel, ...]): pip's environment for an index on loopback listing those wheels as the
     embedded project's (none: the project exists and has no release); stopped after the test."""
     with contextlib.ExitStack() as stack:
+
         def serve(wheels: list[Path]) -> dict[str, str]:
             root = Path(tempfile.mkdtemp(dir=tmp_path))
             return _pip_env(stack.enter_context(package_index(root, EMBEDDED_PROJECT, wheels)))
 
         yield serve
+
+
+def hardware_bfloat16(cpu_path: str) -> bool:
+    """Read here from /proc/cpuinfo, independently of the code under test; ATen's kernels at AVX2 on "native"
+    mean the process was started with SPECDEC_FORCE_AVX2=1 (every path capped)."""
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    capped = torch.backends.cpu.get_cpu_capability() == "AVX2"
+    return cpu_path == "native" and not capped and bool({"avx512_bf16", "amx_bf16"} & flags)

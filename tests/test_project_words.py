@@ -17,8 +17,13 @@ RELATIVE = re.compile(
 
 
 def project_texts() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     texts = []
     for name in listed:
         path = ROOT / name
@@ -36,14 +41,30 @@ def work_sessions(text: str) -> list[str]:
     return [m.group(0) for pattern in (NUMBERED, RELATIVE) for m in pattern.finditer(text)]
 
 
-@pytest.mark.parametrize("phrase", ["session 31", "Sessions 26-31", "the session-29 head", "Session 38 notes",
-                                    "as the previous session found", "this session's code"])
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        "session 31",
+        "Sessions 26-31",
+        "the session-29 head",
+        "Session 38 notes",
+        "as the previous session found",
+        "this session's code",
+    ],
+)
 def test_the_check_catches_work_sessions(phrase):
     assert work_sessions(phrase)
 
 
-@pytest.mark.parametrize("phrase", ['@pytest.fixture(scope="session")', "a second race in the same session",
-                                    "each session got its own tokens", "in the second session as he coasted home"])
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        '@pytest.fixture(scope="session")',
+        "a second race in the same session",
+        "each session got its own tokens",
+        "in the second session as he coasted home",
+    ],
+)
 def test_the_check_leaves_other_sessions(phrase):
     assert not work_sessions(phrase)
 

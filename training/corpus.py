@@ -1,7 +1,8 @@
 """The draft head's training corpus: prompts like the ones people send, built offline, and the
 target's own answers to them, as token ids in resumable shards.
 
-    python -m training.corpus --target-tokens 2000000       # everything into data/draft-corpus/, resuming where it stopped
+    python -m training.corpus --target-tokens 2000000
+        # everything into data/draft-corpus/, resuming where it stopped
     nohup python -m training.corpus --target-tokens 2000000 > corpus.log 2>&1 &    # in the background
     python -m training.corpus --max-shards 20                # stop after 20 new shards (time boxing)
     python -m training.corpus --smoke --out /tmp/corpus      # a tiny random target, seconds (tests)
@@ -40,8 +41,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from specdec_core import EMBEDDED_ID, load_model, stop_token_ids
-from specdec_core.machine import native_bfloat16
 from specdec_core.drafters.model_draft import reduced_copy
+from specdec_core.machine import native_bfloat16
 from specdec_core.models import load_stock
 from specdec_core.sources import cache_dir
 from training import diversity
@@ -85,8 +86,16 @@ class Recipe:
 
     @staticmethod
     def smoke() -> Recipe:
-        return Recipe(prompts=60, target_tokens=100, batch_size=8, response_tokens=16, user_turn_tokens=16, passage_min_tokens=2,
-                      passage_max_tokens=40, oversample=3.0)
+        return Recipe(
+            prompts=60,
+            target_tokens=100,
+            batch_size=8,
+            response_tokens=16,
+            user_turn_tokens=16,
+            passage_min_tokens=2,
+            passage_max_tokens=40,
+            oversample=3.0,
+        )
 
     def count(self, share: float) -> int:
         return round(share * self.prompts)
@@ -123,14 +132,31 @@ class Build:
     dropped: dict[str, Counter]
     after: tuple[Path, ...] = ()  # corpora this one adds to (--after): none of their prompts is repeated
 
-    def job(self, name: str, top_p: float, max_new_tokens: int, quorum: float = 1.0, target_tokens: int | None = None,
-            stop_loops: bool = False) -> Job:
+    def job(
+        self,
+        name: str,
+        top_p: float,
+        max_new_tokens: int,
+        quorum: float = 1.0,
+        target_tokens: int | None = None,
+        stop_loops: bool = False,
+    ) -> Job:
         # The answers, which the head trains on (corpus_answers), keep their features where the target writes in
         # float32, as the feature store computes them; a bfloat16 target's differ from the store's bfloat16
         # autocast, which keeps the residual stream in float32.
         keep_features = name in ANSWER_JOBS and self.target.model.dtype == torch.float32
-        return Job(name, self.out / name, top_p, max_new_tokens, self.recipe.batch_size, quorum, self.recipe.seed, target_tokens, stop_loops,
-                   keep_features=keep_features)
+        return Job(
+            name,
+            self.out / name,
+            top_p,
+            max_new_tokens,
+            self.recipe.batch_size,
+            quorum,
+            self.recipe.seed,
+            target_tokens,
+            stop_loops,
+            keep_features=keep_features,
+        )
 
     def rng(self, stage: str) -> random.Random:
         return random.Random(f"{self.recipe.seed}-{stage}")
@@ -163,10 +189,19 @@ def user_turns(build: Build) -> list[tuple[str, str]]:
     recipe, tokenizer = build.recipe, build.target.tokenizer
     wanted = recipe.count(recipe.magpie_share) + recipe.count(recipe.chat_share)
     requests = first_turn_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("user-turns"))
-    records = _generate(build, "user-turns", [Request(tuple(pre_query(tokenizer, r)), r.family, TEMPERATURE) for r in requests],
-                        TOP_P, recipe.user_turn_tokens, recipe.quorum, stop_loops=True)
+    records = _generate(
+        build,
+        "user-turns",
+        [Request(tuple(pre_query(tokenizer, r)), r.family, TEMPERATURE) for r in requests],
+        TOP_P,
+        recipe.user_turn_tokens,
+        recipe.quorum,
+        stop_loops=True,
+    )
     texts = [user_text(tokenizer, request, record.response) for request, record in zip(requests, records)]
-    kept = build.screen("user-turns", texts, TextLimits(), [_unfinished(r) or _opening_only(tokenizer, r) for r in records])
+    kept = build.screen(
+        "user-turns", texts, TextLimits(), [_unfinished(r) or _opening_only(tokenizer, r) for r in records]
+    )
     return [(requests[i].family, texts[i]) for i in kept][:wanted]
 
 
@@ -176,23 +211,35 @@ def passages(build: Build) -> list[tuple[str, str]]:
     recipe, tokenizer = build.recipe, build.target.tokenizer
     wanted = math.ceil(recipe.count(recipe.passage_share) / 2)  # two prompts per passage
     requests = article_requests(build.seeds, math.ceil(wanted * recipe.oversample), build.rng("articles"))
-    encoded = [Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": r.text}])), "article", ARTICLE_TEMPERATURE) for r in requests]
-    records = _generate(build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum, stop_loops=True)
+    encoded = [
+        Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": r.text}])), "article", ARTICLE_TEMPERATURE)
+        for r in requests
+    ]
+    records = _generate(
+        build, "articles", encoded, TOP_P, recipe.passage_max_tokens + 1, recipe.quorum, stop_loops=True
+    )
     # The token bounds decide the length; the word limits only keep the quality checks from objecting.
     limits = TextLimits(min_words=1, max_words=2 * recipe.passage_max_tokens)
     whole = [_whole_paragraphs(tokenizer.decode(r.response, skip_special_tokens=True), r.finished) for r in records]
     texts = [clean_prefix(text, limits) for text in whole]
     bounds = range(recipe.passage_min_tokens, recipe.passage_max_tokens + 1)
-    rejected = [_passage_rejected(w, t, limits, len(tokenizer(t, add_special_tokens=False)["input_ids"]) in bounds) for w, t in zip(whole, texts)]
+    rejected = [
+        _passage_rejected(w, t, limits, len(tokenizer(t, add_special_tokens=False)["input_ids"]) in bounds)
+        for w, t in zip(whole, texts)
+    ]
     kept = build.screen("articles", texts, limits, rejected)
     return [(requests[i].topic, texts[i]) for i in kept][:wanted]
 
 
 def two_turn_chats(build: Build, firsts: list[tuple[str, str]]) -> list[CorpusPrompt]:
-    """[user, the target's answer, a second user turn]: written by the target for even chats, a seed follow-up for odd ones."""
+    """[user, the target's answer, a second user turn]: written by the target for even chats, a seed follow-up for odd
+    ones."""
     recipe, tokenizer = build.recipe, build.target.tokenizer
     temperatures = [TEMPERATURES[i % len(TEMPERATURES)] for i in range(len(firsts))]
-    asked = [Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": text}])), family, t) for (family, text), t in zip(firsts, temperatures)]
+    asked = [
+        Request(tuple(encode_chat(tokenizer, [{"role": "user", "content": text}])), family, t)
+        for (family, text), t in zip(firsts, temperatures)
+    ]
     answers = [_answer(build, r) for r in _generate(build, "first-answers", asked, 1.0, recipe.response_tokens)]
     # An empty or looping first answer makes a conversation nobody would continue.
     reasons = build.dropped.setdefault("first-answers", Counter())
@@ -205,7 +252,9 @@ def two_turn_chats(build: Build, firsts: list[tuple[str, str]]) -> list[CorpusPr
         else:
             chats.append((family, first, answer))
     writer = UserTurnRequest("chat", None, "")
-    written = [Request(tuple(pre_query(tokenizer, writer, _chat_messages(c[1], c[2]))), c[0], TEMPERATURE) for c in chats[::2]]
+    written = [
+        Request(tuple(pre_query(tokenizer, writer, _chat_messages(c[1], c[2]))), c[0], TEMPERATURE) for c in chats[::2]
+    ]
     records = _generate(build, "second-turns", written, TOP_P, recipe.user_turn_tokens, recipe.quorum, stop_loops=True)
     seconds = [user_text(tokenizer, writer, r.response) for r in records]
     usable = set(build.screen("second-turns", seconds, TextLimits(), [_unfinished(r) for r in records]))
@@ -222,8 +271,15 @@ def _chat_messages(first: str, answer: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": first}, {"role": "assistant", "content": answer}]
 
 
-def _generate(build: Build, name: str, requests: list[Request], top_p: float, max_new_tokens: int, quorum: float = 1.0,
-              stop_loops: bool = False) -> list[Record]:
+def _generate(
+    build: Build,
+    name: str,
+    requests: list[Request],
+    top_p: float,
+    max_new_tokens: int,
+    quorum: float = 1.0,
+    stop_loops: bool = False,
+) -> list[Record]:
     """Stages that write prompts and passages stop looping rows (their filters cut loops anyway); answers never do."""
     job = build.job(name, top_p, max_new_tokens, quorum, stop_loops=stop_loops)
     return run(build.target.model, requests, job, build.target.stops, build.budget)
@@ -240,7 +296,8 @@ def _opening_only(tokenizer: PreTrainedTokenizerBase, record: Record) -> str | N
 
 
 def _whole_paragraphs(text: str, finished: bool) -> str:
-    """The text without its last paragraph when it was cut short (a loop or the batch's quorum): that one may end mid-sentence."""
+    """The text without its last paragraph when it was cut short (a loop or the batch's quorum): that one may end
+    mid-sentence."""
     return (text if finished else text.rpartition(PARAGRAPH)[0]).strip()
 
 
@@ -259,7 +316,9 @@ def _answer(build: Build, record: Record) -> str:
 # ---- the prompt set --------------------------------------------------------------------------------
 
 
-def assemble(build: Build, singles: list[tuple[str, str]], chats: list[CorpusPrompt], articles: list[tuple[str, str]]) -> list[CorpusPrompt]:
+def assemble(
+    build: Build, singles: list[tuple[str, str]], chats: list[CorpusPrompt], articles: list[tuple[str, str]]
+) -> list[CorpusPrompt]:
     """Every source together, exact repeats and evaluation overlaps dropped, shuffled, temperatures assigned."""
     recipe, seeds = build.recipe, build.seeds
     others = recipe.magpie_share + recipe.chat_share + recipe.family_share + recipe.passage_share
@@ -267,8 +326,14 @@ def assemble(build: Build, singles: list[tuple[str, str]], chats: list[CorpusPro
     candidates = [
         *(CorpusPrompt("magpie", family, (text,), 0.0) for family, text in singles),
         *chats,
-        *(CorpusPrompt("family", p.family, (p.text,), 0.0) for p in template_prompts(seeds, recipe.count(recipe.family_share), build.rng("families"))),
-        *(CorpusPrompt("passage", p.family, (p.text,), 0.0) for p in passage_prompts(articles, seeds, build.rng("passages"))),
+        *(
+            CorpusPrompt("family", p.family, (p.text,), 0.0)
+            for p in template_prompts(seeds, recipe.count(recipe.family_share), build.rng("families"))
+        ),
+        *(
+            CorpusPrompt("passage", p.family, (p.text,), 0.0)
+            for p in passage_prompts(articles, seeds, build.rng("passages"))
+        ),
         *(CorpusPrompt("templated", p.kind, (p.text,), 0.0) for p in templated),
     ]
     reasons = build.dropped.setdefault("prompt set", Counter())
@@ -321,7 +386,9 @@ def read_prompt_set(folder: Path) -> list[CorpusPrompt]:
 # ---- the whole build -------------------------------------------------------------------------------
 
 
-def build_corpus(target: Target, recipe: Recipe, out: Path, max_shards: int | None = None, after: tuple[Path, ...] = ()) -> list[Record]:
+def build_corpus(
+    target: Target, recipe: Recipe, out: Path, max_shards: int | None = None, after: tuple[Path, ...] = ()
+) -> list[Record]:
     """The prompt set (made once), then the target's responses up to the token target. Raises
     shards.Stopped when max_shards new shards are written; the next call goes on from there."""
     out.mkdir(parents=True, exist_ok=True)
@@ -333,7 +400,10 @@ def build_corpus(target: Target, recipe: Recipe, out: Path, max_shards: int | No
         prompts = assemble(build, turns[chats:], two_turn_chats(build, turns[:chats]), articles)
         write_prompt_set(build, prompts, turns[chats:])
     prompts = read_prompt_set(out)
-    requests = [Request(tuple(encode_chat(target.tokenizer, p.messages())), f"{p.source}/{p.family}", p.temperature) for p in prompts]
+    requests = [
+        Request(tuple(encode_chat(target.tokenizer, p.messages())), f"{p.source}/{p.family}", p.temperature)
+        for p in prompts
+    ]
     job = build.job("responses", 1.0, recipe.response_tokens, target_tokens=recipe.target_tokens)
     return run(target.model, requests, job, target.stops, build.budget)
 
@@ -349,7 +419,7 @@ def embedded_target(dtype: str = "auto") -> Target:
 
 
 def generation_dtype(choice: str, model: PreTrainedModel) -> torch.dtype:
-    """"float32", "bfloat16", or "auto": bfloat16 where the CPU multiplies it in hardware (machine.native_bfloat16:
+    """ "float32", "bfloat16", or "auto": bfloat16 where the CPU multiplies it in hardware (machine.native_bfloat16:
     2.4x the tokens/s of float32 at batch 48 on the 2-core AMD EPYC with AVX-512 BF16, 280 against 118), the
     model's own dtype elsewhere (float32 on a CPU, CUDA's default on a GPU). The text stays the target's own:
     the float32 target's argmax agreed with 98% of the bfloat16 copy's greedy tokens (32 prompts, 2,792
@@ -370,23 +440,43 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for f in fields(Recipe):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=None)
-    parser.add_argument("--out", type=Path, default=None, help=f"default: {CORPUS_DIR.relative_to(CORPUS_DIR.parents[1])}")
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"default: {CORPUS_DIR.relative_to(CORPUS_DIR.parents[1])}"
+    )
     parser.add_argument("--max-shards", type=int, default=None, help="stop after writing this many new shards")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: the cores other work leaves free)")
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
-                        help="the target's dtype while it writes (auto: bfloat16 where this CPU multiplies it in hardware)")
-    parser.add_argument("--after", type=Path, nargs="*", default=(),
-                        help="corpora this one adds to (give it another --seed): it repeats none of their prompts")
-    parser.add_argument("--keep-features", action="store_true",
-                        help="write nothing new: make the float32 features of the answer shards that kept none (for training)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (default: the cores other work leaves free)"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="the target's dtype while it writes (auto: bfloat16 where this CPU multiplies it in hardware)",
+    )
+    parser.add_argument(
+        "--after",
+        type=Path,
+        nargs="*",
+        default=(),
+        help="corpora this one adds to (give it another --seed): it repeats none of their prompts",
+    )
+    parser.add_argument(
+        "--keep-features",
+        action="store_true",
+        help="write nothing new: make the float32 features of the answer shards that kept none (for training)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny random target and a tiny recipe (tests)")
     args = parser.parse_args(argv)
     base = Recipe.smoke() if args.smoke else Recipe()
-    recipe = replace(base, **{f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name) is not None})
+    recipe = replace(
+        base, **{f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name) is not None}
+    )
     out = args.out or (cache_dir() / "draft-corpus-smoke" if args.smoke else CORPUS_DIR)
     for folder in args.after:
         if folder.resolve() == out.resolve() or not (folder / "prompts.jsonl.gz").is_file():
-            parser.error(f"--after {folder}: not an earlier corpus with a prompt set (prompts.jsonl.gz) beside --out {out}")
+            parser.error(
+                f"--after {folder}: not an earlier corpus with a prompt set (prompts.jsonl.gz) beside --out {out}"
+            )
     if args.keep_features:
         model = smoke_target().model if args.smoke else load_stock(EMBEDDED_ID, torch.float32)
         print(f"{out}: features made for {keep_missing_features(out, model)} shards", file=sys.stderr)
@@ -405,10 +495,16 @@ def main(argv: list[str] | None = None) -> list[Record] | None:
     tokens = sum(len(r.response) for r in records)
     written = answers(out)  # what the head learns from: the first answers too
     size = sum(p.stat().st_size for p in (out / "responses").glob("shard-*.npz"))
-    print(f"{out}: {len(records):,} responses, {tokens:,} response tokens, {size / 1e6:.1f} MB of response shards; "
-          f"with the first answers {sum(len(a.record.response) for a in written):,} answer tokens (training and held out)", file=sys.stderr)
+    print(
+        f"{out}: {len(records):,} responses, {tokens:,} response tokens, {size / 1e6:.1f} MB of response shards; "
+        f"with the first answers {sum(len(a.record.response) for a in written):,} answer tokens "
+        "(training and held out)",
+        file=sys.stderr,
+    )
     if tokens < recipe.target_tokens:
-        print("every prompt is answered short of --target-tokens: a larger --prompts needs a new --out", file=sys.stderr)
+        print(
+            "every prompt is answered short of --target-tokens: a larger --prompts needs a new --out", file=sys.stderr
+        )
     return records
 
 

@@ -38,11 +38,16 @@ def answers(folder: Path) -> list[Answer]:
     conversation: a two-turn chat's first answer and its second (whose prompt begins with the first
     answer's prompt, and whose follow-up often asks to restate it) fall on the same side."""
     jobs = [_job_records(folder / name) for name in ANSWER_JOBS]
-    placed = sorted((((place, n, i), record) for n, job in enumerate(jobs) for place, i, record in job), key=lambda pair: pair[0])
+    placed = sorted(
+        (((place, n, i), record) for n, job in enumerate(jobs) for place, i, record in job), key=lambda pair: pair[0]
+    )
     records = [record for _, record in placed]
     firsts = {tuple(r.prompt) for _, _, r in jobs[1]}
     lengths = sorted({len(p) for p in firsts})
-    return [Answer(r, zlib.crc32(repr(_conversation(r.prompt, firsts, lengths)).encode()) % HELDOUT_EVERY == 0) for r in records]
+    return [
+        Answer(r, zlib.crc32(repr(_conversation(r.prompt, firsts, lengths)).encode()) % HELDOUT_EVERY == 0)
+        for r in records
+    ]
 
 
 def made_features(folder: Path) -> dict[bytes, np.ndarray]:
@@ -87,8 +92,11 @@ def _job_records(folder: Path) -> list[tuple[float, int, Record]]:
     if not (folder / "job.json").is_file():
         return []
     planned = len(json.loads((folder / "job.json").read_text())["batches"])
-    return [(int(shard.stem.split("-")[1]) / planned, i, record)
-            for shard in sorted(folder.glob("shard-*.npz")) for i, record in enumerate(read_shard(shard))]
+    return [
+        (int(shard.stem.split("-")[1]) / planned, i, record)
+        for shard in sorted(folder.glob("shard-*.npz"))
+        for i, record in enumerate(read_shard(shard))
+    ]
 
 
 def _conversation(prompt: list[int], firsts: set[tuple[int, ...]], lengths: list[int]) -> tuple[int, ...]:

@@ -17,19 +17,28 @@ def ids_only(records: list[Record]) -> list[Sequence]:
 
 
 @torch.inference_mode()
-def with_layers(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], batch_tokens: int = 16_384,
-                dtype: torch.dtype = torch.float32) -> list[Sequence]:
+def with_layers(
+    model: PreTrainedModel,
+    data: list[Sequence],
+    layers: tuple[int, ...],
+    batch_tokens: int = 16_384,
+    dtype: torch.dtype = torch.float32,
+) -> list[Sequence]:
     """The same sequences, in the same order, with the features of the numbered layers (() for the last
     layer, EAGLE-1; otherwise the last layer's kept as their targets), made a batch of similar lengths at a
     time by a forward at `dtype`'s precision."""
     out: list[Sequence | None] = [None] * len(data)
     for batch in length_batches(data, batch_tokens):
-        for i, sequence in zip(batch, _featurize(model, [(data[i].tokens, data[i].prompt_length) for i in batch], layers, dtype)):
+        for i, sequence in zip(
+            batch, _featurize(model, [(data[i].tokens, data[i].prompt_length) for i in batch], layers, dtype)
+        ):
             out[i] = sequence
     return out
 
 
-def _featurize(model: PreTrainedModel, batch: list[tuple[torch.Tensor, int]], layers: tuple[int, ...], dtype: torch.dtype) -> list[Sequence]:
+def _featurize(
+    model: PreTrainedModel, batch: list[tuple[torch.Tensor, int]], layers: tuple[int, ...], dtype: torch.dtype
+) -> list[Sequence]:
     count, size = model.config.num_hidden_layers, model.config.hidden_size
     read = sorted({i % count for i in (*layers, -1)})  # the last layer's output always: the targets
     hidden = hidden_states(model, [t.to(model.device) for t, _ in batch], tuple(read), dtype)

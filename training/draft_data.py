@@ -79,7 +79,9 @@ class Sequence:
     # [T, F] float16: what the head reads, the target's last hidden state (before the final norm) unless the
     # next field is set; None for token ids whose features are made when a batch is trained (the corpus)
     features: torch.Tensor | None
-    last_layer: torch.Tensor | None = None  # [T, H] float16: that last hidden state, when the features are other layers'
+    last_layer: torch.Tensor | None = (
+        None  # [T, H] float16: that last hidden state, when the features are other layers'
+    )
 
     @property
     def response_length(self) -> int:
@@ -116,7 +118,10 @@ def generate_shards(
         torch.manual_seed(seed * 100_003 + index)
         encoded = [encode_prompt(tokenizer, p.text) for p in batch]
         sequences = generate_batch(model, encoded, batch[0].temperature, stops, max_new_tokens)
-        torch.save([{"tokens": s.tokens, "prompt_length": s.prompt_length, "features": s.features} for s in sequences], path.with_suffix(".tmp"))
+        torch.save(
+            [{"tokens": s.tokens, "prompt_length": s.prompt_length, "features": s.features} for s in sequences],
+            path.with_suffix(".tmp"),
+        )
         path.with_suffix(".tmp").rename(path)  # a half-written shard is never taken for a done one
         progress.set_postfix(tokens=sum(s.response_length for s in sequences))
     return paths
@@ -132,9 +137,18 @@ def generate_batch(
     # Left padding, so that every response starts at the same column.
     input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in encoded])
     mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(ids) for ids in encoded])[:, None]).long()
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {"do_sample": False}
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        if temperature
+        else {"do_sample": False}
+    )
     out = model.generate(
-        input_ids=input_ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens, eos_token_id=stops, pad_token_id=pad, **sampling
+        input_ids=input_ids.to(model.device),
+        attention_mask=mask.to(model.device),
+        max_new_tokens=max_new_tokens,
+        eos_token_id=stops,
+        pad_token_id=pad,
+        **sampling,
     )
     sequences = []
     for row, ids in enumerate(encoded):
@@ -161,8 +175,12 @@ def length_batches(sequences: list[Sequence], batch_tokens: int) -> list[list[in
     return batches + [current] if current else batches
 
 
-def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers: tuple[int, ...] = (-1,),
-                  dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
+def hidden_states(
+    model: PreTrainedModel,
+    sequences: list[torch.Tensor],
+    layers: tuple[int, ...] = (-1,),
+    dtype: torch.dtype = torch.float32,
+) -> list[torch.Tensor]:
     """The outputs of the numbered layers (from 0, ascending and distinct; -1 the last, before the final
     norm), side by side, per sequence: [T, len(layers) * H] float16 on the CPU. dtype: the forward's precision
     (bfloat16 runs it under autocast, as training does where the CPU has bfloat16)."""
@@ -173,7 +191,9 @@ def hidden_states(model: PreTrainedModel, sequences: list[torch.Tensor], layers:
     selected = hidden_state_indices(model, layers)
     with torch.autocast(model.device.type, dtype=dtype, enabled=dtype != torch.float32):
         out = model.model(input_ids=input_ids, attention_mask=mask, output_hidden_states=selected)
-    hidden = torch.cat([out.hidden_states[i].to(torch.float16) for i in selected], dim=-1)  # [B, width, F]; right padding: real positions first
+    hidden = torch.cat(
+        [out.hidden_states[i].to(torch.float16) for i in selected], dim=-1
+    )  # [B, width, F]; right padding: real positions first
     return [hidden[row, : len(s)].to("cpu", copy=True) for row, s in enumerate(sequences)]
 
 

@@ -94,7 +94,12 @@ class HeldOutFillers:
 
     def __init__(self, prompts: list[str], tasks_path: Path = TASKS) -> None:
         tasks = json.loads(tasks_path.read_text())
-        fillers = [f for name in ("topics", "sentences", "code") for i, f in enumerate(tasks[name]) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
+        fillers = [
+            f
+            for name in ("topics", "sentences", "code")
+            for i, f in enumerate(tasks[name])
+            if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+        ]
         self.exact = {normalised(p) for p in prompts}
         self.phrases = [f" {normalised(f)} " for f in fillers]
 
@@ -108,7 +113,10 @@ class OverlapFilter:
 
     def __init__(self, sets: dict[str, list[str]] | None = None, rule: OverlapRule = OverlapRule()) -> None:
         sets = sets if sets is not None else evaluation_prompts()
-        self.sets = {name: HeldOutFillers(texts) if name == DRAFT_HELDOUT else EvalSet(texts, rule) for name, texts in sets.items()}
+        self.sets = {
+            name: HeldOutFillers(texts) if name == DRAFT_HELDOUT else EvalSet(texts, rule)
+            for name, texts in sets.items()
+        }
 
     def overlap(self, text: str) -> str | None:
         """The name of the first evaluation set the text overlaps, or None."""

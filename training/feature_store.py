@@ -36,9 +36,15 @@ ROWS = "features.f16"
 STATE = "state.json"
 
 
-def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], root: Path,
-                    dtype: torch.dtype = torch.float32, count: int | None = None,
-                    made: Mapping[bytes, np.ndarray] | None = None) -> list[Sequence]:
+def stored_features(
+    model: PreTrainedModel,
+    data: list[Sequence],
+    layers: tuple[int, ...],
+    root: Path,
+    dtype: torch.dtype = torch.float32,
+    count: int | None = None,
+    made: Mapping[bytes, np.ndarray] | None = None,
+) -> list[Sequence]:
     """The first `count` sequences (all when None) with the features of `layers` as with_layers makes them with
     a forward at `dtype`'s precision, read from the store under root; the missing part is made first, or copied
     from `made` (float32 rows of the last layer, by shards.token_key). The store is the whole data's, so a run
@@ -67,8 +73,16 @@ def stored_features(model: PreTrainedModel, data: list[Sequence], layers: tuple[
     return [_view(s, rows[offsets[i] : offsets[i + 1]], hidden, bool(layers)) for i, s in enumerate(data[:count])]
 
 
-def _fill(rows: np.memmap, offsets: np.ndarray, model: PreTrainedModel, data: list[Sequence], chunk: range,
-          layers: tuple[int, ...], dtype: torch.dtype, made: Mapping[bytes, np.ndarray]) -> None:
+def _fill(
+    rows: np.memmap,
+    offsets: np.ndarray,
+    model: PreTrainedModel,
+    data: list[Sequence],
+    chunk: range,
+    layers: tuple[int, ...],
+    dtype: torch.dtype,
+    made: Mapping[bytes, np.ndarray],
+) -> None:
     """The chunk's rows: copied where `made` has them, the others made by one with_layers call."""
     missing = []
     for i in chunk:
@@ -101,7 +115,14 @@ def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Seq
 
 def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], dtype: torch.dtype) -> str:
     config = model.config  # (a forward may add attributes to the config: only what names the model counts)
-    shape = [type(model).__name__, config.num_hidden_layers, config.hidden_size, config.vocab_size, list(layers), str(dtype)]
+    shape = [
+        type(model).__name__,
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.vocab_size,
+        list(layers),
+        str(dtype),
+    ]
     digest = hashlib.sha256(json.dumps(shape).encode())
     # A sample of the weights says which checkpoint. Linears packed for the CPU (specdec_core/cpu_kernels.py) leave
     # their weights on the meta device, so the sample is taken among the tensors still held.

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from specdec_core.kv_cache import growing_cache
 from specdec_core.tuning import other_cores_busy
@@ -44,22 +50,29 @@ class Continuation:
     features: torch.Tensor | None = None
 
 
-def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], open_role: str = "assistant") -> list[int]:
+def encode_chat(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], open_role: str = "assistant"
+) -> list[int]:
     """The conversation in the chat template, opened for `open_role`'s next turn.
 
     The default system prompt stays implicit (the template adds it), as when the app serves the
     prompt. A user turn is opened by cutting a rendered placeholder turn at its content: the
     header comes from the template itself, not from a hard-coded string."""
     if open_role == "assistant":
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+        return list(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
     marker = "\x00"
     rendered = tokenizer.apply_chat_template([*messages, {"role": open_role, "content": marker}], tokenize=False)
     return tokenizer(rendered[: rendered.index(marker)], add_special_tokens=False)["input_ids"]
 
 
 @torch.inference_mode()
-def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int],
-             keep_features: bool = False) -> list[Continuation]:
+def generate(
+    model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int], keep_features: bool = False
+) -> list[Continuation]:
     """The model's continuations of a batch of prompts (greedy at temperature 0), with the features the
     decoding made when keep_features (Continuation.features).
 
@@ -75,11 +88,16 @@ def generate(model: PreTrainedModel, prompts: list[list[int]], sampling: Samplin
     return continuations
 
 
-def _decode(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int], tape: _LastHidden) -> list[Continuation]:
+def _decode(
+    model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling, stops: list[int], tape: _LastHidden
+) -> list[Continuation]:
     device, rows = model.device, len(prompts)
     width = max(len(ids) for ids in prompts)
     step_ids = torch.tensor([[stops[0]] * (width - len(ids)) + ids for ids in prompts], device=device)
-    mask = (torch.arange(width, device=device)[None, :] >= torch.tensor([width - len(ids) for ids in prompts], device=device)[:, None]).long()
+    mask = (
+        torch.arange(width, device=device)[None, :]
+        >= torch.tensor([width - len(ids) for ids in prompts], device=device)[:, None]
+    ).long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     # Appending into buffers with room: DynamicCache's concatenation copied every row's whole cache each
     # step, 29% of an article batch's step (96 rows growing to ~700 tokens, 2 AVX2 cores, py-spy).
@@ -91,7 +109,14 @@ def _decode(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     live = torch.arange(rows, device=device)  # the live rows' places in `prompts`
     for step in range(sampling.max_new_tokens):
-        logits = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits
+        logits = model(
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
         tape.record(live, 0 if step == 0 else width + step - 1)  # the prompts' columns, then the token fed
         tokens = _pick(logits[:, -1].float(), warpers)
         generated[live, step], lengths[live] = tokens, step + 1
@@ -106,8 +131,14 @@ def _decode(model: PreTrainedModel, prompts: list[list[int]], sampling: Sampling
             live, tokens, mask, positions = live[keep], tokens[keep], mask[keep], positions[keep]
         step_ids, positions = tokens[:, None], positions[:, -1:] + 1
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
-    return [Continuation(generated[i, : lengths[i]].tolist(), bool(finished[i]), tape.row(i, width - len(prompts[i]), width + int(lengths[i])))
-            for i in range(rows)]
+    return [
+        Continuation(
+            generated[i, : lengths[i]].tolist(),
+            bool(finished[i]),
+            tape.row(i, width - len(prompts[i]), width + int(lengths[i])),
+        )
+        for i in range(rows)
+    ]
 
 
 class _LastHidden:
@@ -170,7 +201,9 @@ class NucleusWarper(TopPLogitsWarper):
         likelier = probs.cumsum(dim=-1) - probs  # the mass of the tokens likelier than each
         kept = likelier < self.top_p
         kept[:, : self.min_tokens_to_keep] = True
-        out = torch.full_like(scores, self.filter_value).scatter(1, candidates.indices, candidates.values.masked_fill(~kept, self.filter_value))
+        out = torch.full_like(scores, self.filter_value).scatter(
+            1, candidates.indices, candidates.values.masked_fill(~kept, self.filter_value)
+        )
         beyond = kept[:, -1]  # the last candidate is kept: the nucleus may reach past the candidates
         if beyond.any():
             out[beyond] = super().__call__(input_ids, scores[beyond])

@@ -26,7 +26,9 @@ class UserTurnRequest:
     opening: str  # the message's first words, "" when the target starts it itself
 
 
-def first_turn_requests(seeds: dict, count: int, rng: random.Random, opening_share: float = 0.7) -> list[UserTurnRequest]:
+def first_turn_requests(
+    seeds: dict, count: int, rng: random.Random, opening_share: float = 0.7
+) -> list[UserTurnRequest]:
     """Families drawn by seeds["magpie_weights"]; a generic or a family system prompt; an opening for most."""
     weights = seeds["magpie_weights"]
     families = rng.choices(sorted(weights), [weights[f] for f in sorted(weights)], k=count)
@@ -39,7 +41,9 @@ def first_turn_requests(seeds: dict, count: int, rng: random.Random, opening_sha
     return requests
 
 
-def pre_query(tokenizer: PreTrainedTokenizerBase, request: UserTurnRequest, conversation: list[dict[str, str]] | None = None) -> list[int]:
+def pre_query(
+    tokenizer: PreTrainedTokenizerBase, request: UserTurnRequest, conversation: list[dict[str, str]] | None = None
+) -> list[int]:
     """The template through the user turn's header (after the conversation so far), then the opening."""
     system = [{"role": "system", "content": request.system}] if request.system is not None else []
     ids = encode_chat(tokenizer, [*system, *(conversation or [])], open_role="user")

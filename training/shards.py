@@ -106,7 +106,9 @@ def plan(requests: list[Request], batch_size: int, max_new_tokens: int, seed: in
     return batches
 
 
-def run(model: PreTrainedModel, requests: list[Request], job: Job, stops: list[int], budget: ShardBudget) -> list[Record]:
+def run(
+    model: PreTrainedModel, requests: list[Request], job: Job, stops: list[int], budget: ShardBudget
+) -> list[Record]:
     """Every record of the job (all requests, or up to the token target), generating missing shards."""
     batches = _claim(job, requests)
     records: list[Record] = []
@@ -120,8 +122,12 @@ def run(model: PreTrainedModel, requests: list[Request], job: Job, stops: list[i
         else:
             budget.spend()
             torch.manual_seed(job.seed * 1_000_003 + zlib.crc32(job.name.encode()) + number)
-            sampling = Sampling(requests[batch[0]].temperature, job.top_p, job.max_new_tokens, job.quorum, job.stop_loops)
-            continuations = generate(model, [list(requests[i].prompt) for i in batch], sampling, stops, job.keep_features)
+            sampling = Sampling(
+                requests[batch[0]].temperature, job.top_p, job.max_new_tokens, job.quorum, job.stop_loops
+            )
+            continuations = generate(
+                model, [list(requests[i].prompt) for i in batch], sampling, stops, job.keep_features
+            )
             shard = [
                 Record(i, list(requests[i].prompt), c.ids, c.finished, requests[i].family, requests[i].temperature)
                 for i, c in zip(batch, continuations)
@@ -145,7 +151,10 @@ def _claim(job: Job, requests: list[Request]) -> list[list[int]]:
     if manifest.is_file():
         saved = json.loads(manifest.read_text())
         if saved["fingerprint"] != digest.hexdigest():
-            raise RuntimeError(f"{job.folder} holds shards of other prompts or settings for '{job.name}'; use another --out or delete it")
+            raise RuntimeError(
+                f"{job.folder} holds shards of other prompts or settings for '{job.name}'; "
+                "use another --out or delete it"
+            )
         return saved["batches"]
     batches = plan(requests, job.batch_size, job.max_new_tokens, job.seed)
     job.folder.mkdir(parents=True, exist_ok=True)
@@ -205,9 +214,23 @@ def read_shard(path: Path) -> list[Record]:
         tokens = data["tokens"].astype(np.int64).tolist()
         records, start = [], 0
         for i, p, r, done, family, temperature in zip(
-            data["index"], data["prompt_length"], data["response_length"], data["finished"], data["family"], data["temperature"]
+            data["index"],
+            data["prompt_length"],
+            data["response_length"],
+            data["finished"],
+            data["family"],
+            data["temperature"],
         ):
-            records.append(Record(int(i), tokens[start : start + p], tokens[start + p : start + p + r], bool(done), str(family), float(temperature)))
+            records.append(
+                Record(
+                    int(i),
+                    tokens[start : start + p],
+                    tokens[start + p : start + p + r],
+                    bool(done),
+                    str(family),
+                    float(temperature),
+                )
+            )
             start += p + r
     return records
 
@@ -239,8 +262,10 @@ class Progress:
             left = (self.shards - number - 1) * elapsed / self.new_shards
             goal = ""
         print(
-            f"{self.job.name}: shard {number + 1}/{self.shards} | {self.tokens:,}{goal} tokens | {rate:.0f} tokens/s | ETA {_clock(left)}",
-            file=sys.stderr, flush=True,
+            f"{self.job.name}: shard {number + 1}/{self.shards} | {self.tokens:,}{goal} tokens | "
+            f"{rate:.0f} tokens/s | ETA {_clock(left)}",
+            file=sys.stderr,
+            flush=True,
         )
 
 

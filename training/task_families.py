@@ -18,8 +18,14 @@ from pathlib import Path
 SEEDS = Path(__file__).resolve().parent.parent / "assets" / "corpus_seeds.json"
 # Numeric fields: (low, high, step). Counts stay small, amounts round, percentages in fives.
 NUMBERS = {
-    "a": (2, 60, 1), "b": (2, 60, 1), "c": (2, 12, 1), "k": (2, 5, 1), "big": (100, 5000, 10),
-    "pct": (5, 95, 5), "words": (400, 800, 100), "short_words": (40, 80, 10),
+    "a": (2, 60, 1),
+    "b": (2, 60, 1),
+    "c": (2, 12, 1),
+    "k": (2, 5, 1),
+    "big": (100, 5000, 10),
+    "pct": (5, 95, 5),
+    "words": (400, 800, 100),
+    "short_words": (40, 80, 10),
 }
 
 
@@ -68,7 +74,11 @@ def article_requests(seeds: dict, count: int, rng: random.Random) -> list[Articl
     requests = []
     for i in range(count):
         topic = topics[i % len(topics)]  # every topic before any repeats
-        requests.append(ArticleRequest(topic, fill(rng.choice(seeds["article_prompts"]), seeds["fillers"], rng, {"article_topic": topic})))
+        requests.append(
+            ArticleRequest(
+                topic, fill(rng.choice(seeds["article_prompts"]), seeds["fillers"], rng, {"article_topic": topic})
+            )
+        )
     return requests
 
 

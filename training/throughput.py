@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--unbucketed", action="store_true", help="also try prompts in random order")
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="as training.corpus --dtype")
+    parser.add_argument(
+        "--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="as training.corpus --dtype"
+    )
     args = parser.parse_args(argv)
     target = embedded_target(args.dtype)
     print(f"the target writes in {target.model.dtype}", flush=True)
@@ -73,7 +75,14 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     for batch, threads, bucketed in itertools.product(args.batch_sizes, args.threads, orders):
         m = measure(target.model, prompts, target.stops, Trial(batch, threads, bucketed), args.max_new_tokens)
-        results.append({**asdict(m.trial), "tokens": m.tokens, "seconds": round(m.seconds, 2), "tokens_per_second": round(m.tokens_per_second, 1)})
+        results.append(
+            {
+                **asdict(m.trial),
+                "tokens": m.tokens,
+                "seconds": round(m.seconds, 2),
+                "tokens_per_second": round(m.tokens_per_second, 1),
+            }
+        )
         print(json.dumps(results[-1]), flush=True)
 
 

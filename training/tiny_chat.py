@@ -22,11 +22,18 @@ from training.draft_data import TASKS
 from training.task_families import SEEDS
 from training.text_ngrams import words
 
+
 def tiny_target(vocab: int = 256, seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
     )
     config._attn_implementation = "sdpa"
     return LlamaForCausalLM(config).eval()
@@ -43,14 +50,20 @@ TURN_LENGTH = 10  # tokens a turn lasts on average
 
 
 def tiny_chat_tokenizer(sources: tuple[Path, ...] = (SEEDS, TASKS)) -> PreTrainedTokenizerFast:
-    vocabulary = sorted({w for path in sources for w in words(json.dumps(json.loads(path.read_text()), ensure_ascii=False))})
+    vocabulary = sorted(
+        {w for path in sources for w in words(json.dumps(json.loads(path.read_text()), ensure_ascii=False))}
+    )
     ids = {token: i for i, token in enumerate(SPECIALS + vocabulary)}
     core = Tokenizer(models.WordLevel(ids, unk_token="[UNK]"))
     core.normalizer = normalizers.Lowercase()  # the vocabulary is training.text_ngrams.words: lower case
     core.pre_tokenizer = pre_tokenizers.Whitespace()
     return PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="[UNK]", eos_token="<|im_end|>", pad_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>"], chat_template=CHATML,
+        tokenizer_object=core,
+        unk_token="[UNK]",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=CHATML,
     )
 
 

@@ -26,8 +26,8 @@ the same command runs on a CPU, slower.
 
 Everything is cached: the generated data under $SPECDEC_CACHE_DIR/draft-data, the checkpoint
 under $SPECDEC_CACHE_DIR/draft-train. The learning curve (held-out top-1 agreement of each draft
-position with the target's greedy choice, by training tokens seen; a continued head's after its init's) is written beside
-the head as learning_curve.json.
+position with the target's greedy choice, by training tokens seen; a continued head's after its init's) is written
+beside the head as learning_curve.json.
 """
 
 from __future__ import annotations
@@ -47,17 +47,24 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedModel
 
+from specdec_core.drafters.eagle_head import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head, training_runs
+from specdec_core.machine import native_bfloat16
+from specdec_core.models import default_device, load_stock
+from specdec_core.prompts import stop_token_ids
+from specdec_core.sources import EMBEDDED_ID, cache_dir
 from training.corpus_answers import answers, made_features
 from training.corpus_features import ids_only, with_layers
+from training.draft_data import (
+    Sequence,
+    generate_batch,
+    generate_shards,
+    length_batches,
+    load_sequences,
+    sample_prompts,
+)
 from training.feature_store import stored_features
 from training.tiny_chat import tiny_target
 from training.ttt_attention import unrolled_attention
-from training.draft_data import Sequence, generate_batch, generate_shards, length_batches, load_sequences, sample_prompts
-from specdec_core.machine import native_bfloat16
-from specdec_core.drafters.eagle import CURVE_NAME, EagleHead, HeadConfig, load_head, save_head, training_runs
-from specdec_core.models import default_device, load_stock
-from specdec_core.sources import EMBEDDED_ID, cache_dir
-from specdec_core.prompts import stop_token_ids
 
 HEAD_DIR = Path(__file__).resolve().parent.parent / "assets" / "eagle-smollm2-135m"
 TARGET_TOP = 16
@@ -78,7 +85,9 @@ class Settings:
     feature_layers: str = ""  # the target layers a fused (EAGLE-3) head reads, "2,15,27"; "" = the last (EAGLE-1)
     corpus: str = ""  # folders of training/corpus.py, comma-separated, to train on instead of the templates' answers
     corpus_tokens: int = 0  # only the corpus's first N response tokens (0: all): the learning curve by data size
-    precision: str = "auto"  # "auto": bfloat16 autocast where the hardware multiplies bfloat16 (training_dtype); "float32"
+    precision: str = (
+        "auto"  # "auto": bfloat16 autocast where the hardware multiplies bfloat16 (training_dtype); "float32"
+    )
     seed: int = 0
     evals_per_epoch: int = 4
     depth_decay: float = 1.0  # depth s's loss weighs depth_decay ** (s - 1) (EAGLE-3: 0.8); 1.0: all depths alike
@@ -90,12 +99,15 @@ class Settings:
 SCALE_SAMPLE = 256  # corpus sequences whose features set feature_scale
 
 
-def training_data(settings: Settings, model: PreTrainedModel, tokenizer, work: Path) -> tuple[list[Sequence], list[Sequence]]:
+def training_data(
+    settings: Settings, model: PreTrainedModel, tokenizer, work: Path
+) -> tuple[list[Sequence], list[Sequence]]:
     return corpus_data(settings, model, work) if settings.corpus else embedded_data(settings, model, tokenizer)
 
 
 def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
-    """The corpus's answers, split by conversation (corpus_answers.answers). The training ones' features are made once, at the step's precision
+    """The corpus's answers, split by conversation (corpus_answers.answers). The training ones' features are made
+    once, at the step's precision
     (or copied from the rows the corpus kept as it wrote them), and read
     from disk (feature_store.py: three layers of 2M tokens and their prompts would not fit in memory); the
     held-out ones' by a float32 forward, in memory. The store holds every training sequence; the cap takes
@@ -113,7 +125,11 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
         (heldout_set if answer.heldout else train_set).append(sequence)
     layers = layers_of(settings)
     totals = itertools.accumulate(s.response_length for s in train_set)
-    kept = len(train_set) if not settings.corpus_tokens else next((n for n, total in enumerate(totals, 1) if total >= settings.corpus_tokens), len(train_set))
+    kept = (
+        len(train_set)
+        if not settings.corpus_tokens
+        else next((n for n, total in enumerate(totals, 1) if total >= settings.corpus_tokens), len(train_set))
+    )
     dtype = training_dtype(settings, model.device)
     made = {}  # the last layer's rows a float32 target kept as it wrote the answers (where they were written)
     if not layers and dtype == torch.float32:
@@ -123,7 +139,6 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     return stored, with_layers(model, heldout_set, layers)
 
 
-
 def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tuple[list[Sequence], list[Sequence]]:
     """The training and held-out sequences, generated once and then read from the cache."""
     splits = {}
@@ -131,7 +146,9 @@ def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tupl
         name = f"{split}-n{count}-b48-s{settings.seed}-t{settings.max_new_tokens}"
         folder = cache_dir() / "draft-data" / name
         prompts = sample_prompts(split, count, seed=settings.seed)
-        paths = generate_shards(model, tokenizer, prompts, folder, settings.max_new_tokens, batch_size=48, seed=settings.seed)
+        paths = generate_shards(
+            model, tokenizer, prompts, folder, settings.max_new_tokens, batch_size=48, seed=settings.seed
+        )
         splits[split] = load_sequences(paths)  # with the last layer's features
         if layers_of(settings):
             splits[split] = with_layers(model, splits[split], layers_of(settings))
@@ -198,7 +215,9 @@ def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) ->
     return out
 
 
-def collate(batch: list[Sequence], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(
+    batch: list[Sequence], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """tokens [B, T], features [B, T, F] and the target's last hidden states [B, T, H] in float32, loss
     mask [B, T - 2] (entry j predicts token j + 2), on the head's device."""
     width = max(len(s.tokens) for s in batch)
@@ -240,7 +259,8 @@ def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor,
 
 def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> torch.Tensor:
     """The EAGLE loss at each depth, in a weighted mean (Settings.depth_decay). (No agreement here: an argmax
-    over the draft vocabulary at every depth took 7% of a CPU step; heldout_agreement measures it at each evaluation.)"""
+    over the draft vocabulary at every depth took 7% of a CPU step; heldout_agreement measures it at each
+    evaluation.)"""
     tokens, features, targets, mask = collate(batch, head.device)
     width = tokens.shape[1] - 2
     real_next = targets[:, 1 : width + 1][mask]  # [M, H] the target's last hidden state where each entry predicts
@@ -248,9 +268,11 @@ def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> to
         # The target's distribution, cut to its TARGET_TOP most likely tokens: they carry nearly all
         # the mass, and the full [M, N] product would cost a quarter of the step on a CPU.
         # float32 softmaxes: CPU autocast would leave them in bfloat16.
-        target_top, target_ids = head.target_logits(real_next).float().softmax(-1).topk(TARGET_TOP, dim=-1)  # [M, TARGET_TOP]
+        target_top, target_ids = (
+            head.target_logits(real_next).float().softmax(-1).topk(TARGET_TOP, dim=-1)
+        )  # [M, TARGET_TOP]
     total = torch.zeros((), device=tokens.device)
-    weights = [settings.depth_decay ** s for s in range(settings.depth)]
+    weights = [settings.depth_decay**s for s in range(settings.depth)]
     for weight, predicted in zip(weights, unrolled_pass(head, tokens, features, settings.depth)):
         chosen = predicted[mask]  # [M, H]
         logits = head.logits(chosen)  # [M, N]
@@ -335,7 +357,9 @@ def train(
         state["tokens"] += sum(s.response_length for s in batch)
         progress.update(1)
         last_eval = state["curve"][-1]["heldout_top1"] if state["curve"] else None
-        progress.set_postfix(loss=f"{sum(recent) / max(1, len(recent)):.3f}", heldout=_fmt(last_eval), skipped=state.get("skipped", 0))
+        progress.set_postfix(
+            loss=f"{sum(recent) / max(1, len(recent)):.3f}", heldout=_fmt(last_eval), skipped=state.get("skipped", 0)
+        )
         done = state["step"] == total_steps
         evaluate = state["step"] % eval_every == 0 or done
         if evaluate:
@@ -384,9 +408,13 @@ def _save_checkpoint(path: Path, head, optimizer, schedule, state, settings) -> 
 # ---- entry points ----------------------------------------------------------------------------------
 
 
-def new_head(target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]) -> EagleHead:
+def new_head(
+    target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]
+) -> EagleHead:
     ids = draft_vocabulary(train_set, settings.draft_vocab, stops)
-    head = EagleHead(target, HeadConfig.for_target(target, name, len(ids), layers_of(settings), settings.draft_layers), ids)
+    head = EagleHead(
+        target, HeadConfig.for_target(target, name, len(ids), layers_of(settings), settings.draft_layers), ids
+    )
     sample = train_set[:SCALE_SAMPLE] if settings.corpus else train_set
     head.feature_scale.copy_(feature_scale(sample))
     target.requires_grad_(False)
@@ -402,11 +430,15 @@ def start_from(folder: Path, target: PreTrainedModel, settings: Settings) -> Eag
     want = (layers_of(settings), settings.draft_vocab)
     have = (head.config.feature_layers, head.config.draft_vocab_size)
     if have != want:
-        raise SystemExit(f"--init {folder}: that head reads layers {list(have[0]) or 'last'} with {have[1]} draft tokens; "
-                         f"this run trains layers {list(want[0]) or 'last'} with {want[1]} (--feature-layers, --draft-vocab).")
+        raise SystemExit(
+            f"--init {folder}: that head reads layers {list(have[0]) or 'last'} with {have[1]} draft tokens; "
+            f"this run trains layers {list(want[0]) or 'last'} with {want[1]} (--feature-layers, --draft-vocab)."
+        )
     if settings.draft_layers < head.config.draft_layers:
-        raise SystemExit(f"--init {folder}: that head has {head.config.draft_layers} decoder layers; --draft-layers "
-                         f"{settings.draft_layers} would drop some (a head can gain layers, not lose them).")
+        raise SystemExit(
+            f"--init {folder}: that head has {head.config.draft_layers} decoder layers; --draft-layers "
+            f"{settings.draft_layers} would drop some (a head can gain layers, not lose them)."
+        )
     target.requires_grad_(False)
     return deepened(head, target, settings.draft_layers).train()
 
@@ -417,7 +449,9 @@ def deepened(head: EagleHead, target: PreTrainedModel, draft_layers: int) -> Eag
     deeper head drafts exactly as head did until training moves them; the other weights train from there."""
     if draft_layers == head.config.draft_layers:
         return head
-    deeper = EagleHead(target, replace(head.config, draft_layers=draft_layers), head.draft_to_target, head.feature_scale.dtype)
+    deeper = EagleHead(
+        target, replace(head.config, draft_layers=draft_layers), head.draft_to_target, head.feature_scale.dtype
+    )
     missing, unexpected = deeper.load_state_dict(head.state_dict(), strict=False)
     assert not unexpected and all(name.startswith("upper_layers.") for name in missing), (missing, unexpected)
     with torch.no_grad():
@@ -432,11 +466,21 @@ def run_embedded(settings: Settings, out: Path, max_minutes: float | None, init:
     # features' forward runs under bfloat16 autocast where the CPU multiplies bfloat16 (training_dtype).
     target = load_stock(EMBEDDED_ID, torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(target.name_or_path)
-    train_and_save(settings, target, tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes, init=init)
+    train_and_save(
+        settings, target, tokenizer, "SmolLM2-135M-Instruct (embedded Q4_1 GGUF)", out, max_minutes, init=init
+    )
 
 
-def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name: str, out: Path, max_minutes: float | None,
-                   work: Path | None = None, init: Path | None = None) -> list[dict]:
+def train_and_save(
+    settings: Settings,
+    target: PreTrainedModel,
+    tokenizer,
+    name: str,
+    out: Path,
+    max_minutes: float | None,
+    work: Path | None = None,
+    init: Path | None = None,
+) -> list[dict]:
     """The data, a new head (or `init`'s, start_from; or its checkpoint, resumed), training, then the head and its
     learning curve in `out` once every step is done. Returns the curve so far."""
     check_layout(target, settings)
@@ -446,18 +490,36 @@ def train_and_save(settings: Settings, target: PreTrainedModel, tokenizer, name:
     train_set, heldout_set = training_data(settings, target, tokenizer, work)
     stops = set(stop_token_ids(tokenizer, target))
     head = start_from(init, target, settings) if init else new_head(target, name, train_set, settings, stops)
-    cover = {n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4) for n in (4096, 8192, 12288, 16384, 24576)}
-    print(f"{len(train_set)} training sequences, {sum(s.response_length for s in train_set):,} response tokens; "
-          f"held-out coverage of the draft vocabulary by size: {cover}")
-    run_name = f"{out.name}-" + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_") + (f"-from-{init.name}" if init else "")
+    cover = {
+        n: round(coverage(heldout_set, draft_vocabulary(train_set, n, stops)), 4)
+        for n in (4096, 8192, 12288, 16384, 24576)
+    }
+    print(
+        f"{len(train_set)} training sequences, {sum(s.response_length for s in train_set):,} response tokens; "
+        f"held-out coverage of the draft vocabulary by size: {cover}"
+    )
+    run_name = (
+        f"{out.name}-"
+        + "-".join(f"{v}" for v in asdict(settings).values()).replace("/", "_")
+        + (f"-from-{init.name}" if init else "")
+    )
     checkpoint = work / "draft-train" / f"{run_name}.pt"
     curve = train(head, train_set, heldout_set, settings, checkpoint, max_minutes)
     if curve and curve[-1]["step"] == _total_steps(train_set, settings):
         save_head(head, out)
         earlier = _curve_file(init) if init else {}
         (out / CURVE_NAME).write_text(
-            json.dumps({"settings": asdict(settings), "init": str(init) if init else None, "earlier_runs": training_runs(earlier),
-                        "heldout_coverage": cover, "curve": after_init(earlier.get("curve", []), curve)}, indent=1) + "\n"
+            json.dumps(
+                {
+                    "settings": asdict(settings),
+                    "init": str(init) if init else None,
+                    "earlier_runs": training_runs(earlier),
+                    "heldout_coverage": cover,
+                    "curve": after_init(earlier.get("curve", []), curve),
+                },
+                indent=1,
+            )
+            + "\n"
         )
         load_head(out, target)  # what was saved must load
         print(f"saved {out}; held-out top-1 agreement per draft position: {_fmt(curve[-1]['heldout_top1'])}")
@@ -481,8 +543,15 @@ def after_init(earlier: list[dict], curve: list[dict]) -> list[dict]:
     if not earlier:
         return curve
     end = earlier[-1]
-    return earlier + [{**point, "step": point["step"] + end["step"], "epoch": round(point["epoch"] + end["epoch"], 3),
-                       "train_tokens": point["train_tokens"] + end["train_tokens"]} for point in curve]
+    return earlier + [
+        {
+            **point,
+            "step": point["step"] + end["step"],
+            "epoch": round(point["epoch"] + end["epoch"], 3),
+            "train_tokens": point["train_tokens"] + end["train_tokens"],
+        }
+        for point in curve
+    ]
 
 
 def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
@@ -491,8 +560,16 @@ def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
 
 def run_smoke(out: Path, epochs: int = 6, feature_layers: str = "", draft_layers: int = 1) -> list[dict]:
     """A tiny random target's greedy continuations of random prompts; a few epochs; the head saved and reloaded."""
-    settings = Settings(draft_vocab=128, depth=3, epochs=epochs, batch_tokens=512, lr=3e-3, evals_per_epoch=1,
-                        feature_layers=feature_layers, draft_layers=draft_layers)
+    settings = Settings(
+        draft_vocab=128,
+        depth=3,
+        epochs=epochs,
+        batch_tokens=512,
+        lr=3e-3,
+        evals_per_epoch=1,
+        feature_layers=feature_layers,
+        draft_layers=draft_layers,
+    )
     target = tiny_target().to(default_device())  # on the GPU where there is one: the smoke run tests that path too
     check_layout(target, settings)
     rng = torch.Generator().manual_seed(1)
@@ -516,13 +593,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     parser.add_argument("--out", type=Path, default=HEAD_DIR)
     parser.add_argument("--max-minutes", type=float, default=None)
-    parser.add_argument("--init", type=Path, default=None, help="a saved head to train further (a new schedule over --epochs)")
+    parser.add_argument(
+        "--init", type=Path, default=None, help="a saved head to train further (a new schedule over --epochs)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny random target, a few epochs (CI)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if args.smoke:
-        curve = run_smoke(args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke", feature_layers=args.feature_layers,
-                          draft_layers=args.draft_layers)
+        curve = run_smoke(
+            args.out if args.out != HEAD_DIR else cache_dir() / "draft-smoke",
+            feature_layers=args.feature_layers,
+            draft_layers=args.draft_layers,
+        )
         print(f"smoke: loss {curve[0]['train_loss']} -> {curve[-1]['train_loss']}")
         return
     settings = Settings(**{name: getattr(args, name) for name in asdict(defaults)})

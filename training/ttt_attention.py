@@ -27,8 +27,16 @@ NAME = "eagle_training_time_test"
 CHUNK = 256  # queries per block of the real part: fewer wasted scores against more Python steps
 
 
-def ttt_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                  attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0, **kwargs) -> tuple[torch.Tensor, None]:
+def ttt_attention(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
     """query [B, H, T, D]; key, value [B, Hkv, s * T, D] (the depth blocks); returns [B, T, H, D] as
     transformers' attention functions do. attention_mask is ignored: the structure above is the mask."""
     width = query.shape[2]
@@ -43,9 +51,13 @@ def ttt_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.T
         visible = max(0, end - depth + 1)  # real keys 0..j-depth+1 for the chunk's last entry j = end - 1
         j = torch.arange(start, end, device=query.device)[:, None]
         real_scores = (q @ key[:, :, :visible].transpose(-1, -2)).float() * scaling
-        real_scores = real_scores.masked_fill(torch.arange(visible, device=query.device)[None] > j - depth + 1, float("-inf"))
+        real_scores = real_scores.masked_fill(
+            torch.arange(visible, device=query.device)[None] > j - depth + 1, float("-inf")
+        )
         # float32 for these few products: under bfloat16 autocast an elementwise product is rounded before the sum
-        chain_scores = (q[:, :, :, None].float() * own_keys[:, :, start:end].float()).sum(-1) * scaling  # [B, H, C, s - 1]
+        chain_scores = (q[:, :, :, None].float() * own_keys[:, :, start:end].float()).sum(
+            -1
+        ) * scaling  # [B, H, C, s - 1]
         chain_scores = chain_scores.masked_fill(~own_valid[start:end], float("-inf"))
         weights = torch.cat([real_scores, chain_scores], dim=-1).softmax(-1).to(value.dtype)
         out = weights[..., :visible] @ value[:, :, :visible]
@@ -54,7 +66,9 @@ def ttt_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.T
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
-def _chain_entries(key: torch.Tensor, value: torch.Tensor, width: int, depth: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _chain_entries(
+    key: torch.Tensor, value: torch.Tensor, width: int, depth: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For each entry j, the one key and value it sees in each block r = 2..depth (entry j - depth + r),
     stacked [B, H, T, depth - 1, D], and where that entry exists [T, depth - 1]."""
     keys, values, valid = [], [], []

@@ -1,11 +1,10 @@
-"""The drafter protocol: anything that can guess the next few tokens cheaply.
+"""The drafter protocol: anything that can guess the next few tokens cheaply, and the Draft it proposes.
 
-The interface follows transformers' candidate generators: propose candidates, then learn
-how many were accepted. A drafter belongs to one run (a model drafter holds that run's KV cache).
-A drafter that reads the target's hidden states (the EAGLE head) also has feature_layers (which
-layers' outputs, side by side) and observe_features(start, features [n, F]); the engine runs the
-target with those layers and calls it after every target pass. A drafter with gates_itself True turns
-its costly part off by itself (the hybrid's head): an adaptive k then never goes below 1.
+The interface follows transformers' candidate generators: propose candidates, then learn how many were
+accepted. A drafter belongs to one run (a model drafter holds that run's KV cache). Drafters subclass
+Drafter for its defaults: a drafter that reads the target's hidden states (the EAGLE head) names
+feature_layers and takes them in observe_features after every target pass; one whose costly part turns
+itself off (the hybrid's head) says so with gates_itself, and an adaptive k then never goes below 1.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import torch
 
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
-from .tree import depths, reindexed
+from ..tree import depths, reindexed
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +30,7 @@ class Draft:
     passes: int  # draft forward passes spent (0 for model-free drafters)
     seconds: float
 
-    def within(self, depth: int) -> Draft:
+    def truncated(self, depth: int) -> Draft:
         """The nodes at most `depth` deep (what the budget leaves room for); parents come first, so a
         node's ancestors always stay with it."""
         kept = [node for node, d in enumerate(depths(self.parents)) if d <= depth]
@@ -50,10 +49,11 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    feature_layers: tuple[int, ...] = ()  # the target layers whose outputs observe_features takes; () = none
+    gates_itself: bool = False  # turns its costly part off by itself: an adaptive k keeps drafting then
 
     def begin(self, target: CachedModel) -> None:
         """Called once, after the target has read the prompt (its cache holds it)."""
-        ...
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         """Up to k tokens that might follow context (fewer when unsure or out of ideas)."""
@@ -61,4 +61,7 @@ class Drafter(Protocol):
 
     def observe(self, accepted_count: int) -> None:
         """How many of the last proposal's tokens the target accepted."""
-        ...
+
+    def observe_features(self, start: int, features: torch.Tensor) -> None:
+        """The target's features [n, F] (feature_layers side by side) for positions start..start+n-1 of its latest
+        pass; called after every target pass when feature_layers is not empty."""

@@ -14,7 +14,7 @@ lookup drafts alone: the head's passes and side branches would only add cost the
 guess accepted in part brings the head back; its cache catches up on the skipped positions in its
 next pass.
 
-The head's tree is sized with the lookup branch in the same pass (tree.Beside): its nodes widen the
+The head's tree is sized with the lookup branch in the same pass (tree.SideBranch): its nodes widen the
 pass, and what they are expected to give counts toward the step's tokens.
 
 The head also has to earn its passes. On each step it ran, the tokens it gave and what the step
@@ -33,15 +33,15 @@ import time
 
 import torch
 
+from ..costs import CostCurve
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from ..schedule import ADAPTIVE_LONGEST
 from ..theory import expected_speedup, expected_tokens_per_step
-from ..tuning import CostCurve
-from .base import Draft
+from ..tree import SideBranch, chain, merged
+from .base import Draft, Drafter
 from .eagle import EagleDrafter
 from .ngram import NgramDrafter
-from .tree import Beside, chain, reindexed
 
 # The past's weight for the lookup's acceptance: copied spans start and end abruptly, so it forgets within a few
 # steps.
@@ -51,20 +51,26 @@ LOOKUP_DECAY = 0.8
 HEAD_DECAY = 0.9
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     LONGEST_LOOKUP = ADAPTIVE_LONGEST  # as the adaptive k's longest
     PROBE_EVERY = 8  # steps without the head before it is tried again
 
-    def __init__(self, head: EagleDrafter, lookup: NgramDrafter | None = None, name: str = "n-gram + EAGLE tree",
-                 curve: CostCurve | None = None, head_pass_cost: float = 0.0) -> None:
+    def __init__(
+        self,
+        head: EagleDrafter,
+        lookup: NgramDrafter | None = None,
+        name: str = "n-gram + EAGLE tree",
+        curve: CostCurve | None = None,
+        c: float = 0.0,
+    ) -> None:
         """curve: this machine's T(n)/T(1) (tuning.py), which sizes the lookup branch and prices
         the tree (without it the lookup drafts k, and the head runs on every step whose last guess was not
-        copied whole); head_pass_cost: the head's c."""
+        copied whole); c: one pass of the head's tree level over one target pass."""
         self.name = name
         self.head = head
         self.lookup = lookup or NgramDrafter()
         self._curve = curve
-        self._head_pass_cost = head_pass_cost
+        self._c = c
         self._guess: tuple[int, ...] = ()  # the last step's lookup guess
         self._match = 0  # the length of the match it continued (NgramDrafter.match)
         self._drafted_at = 0  # the context length it was drafted after
@@ -112,8 +118,10 @@ class HybridDrafter:
             self._without_head += 1
             return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
         self._without_head = 0
-        guessed = expected_tokens_per_step(self._acceptance(match), len(guess)) - 1.0  # the drafts, not the pass's own token
-        tree = self.head.propose(context, k, sampler, Beside(len(guess), guessed))
+        guessed = (
+            expected_tokens_per_step(self._acceptance(match), len(guess)) - 1.0
+        )  # the drafts, not the pass's own token
+        tree = self.head.propose(context, k, sampler, SideBranch(len(guess), guessed))
         draft = _merge(guess, tree, seconds=time.perf_counter() - started)
         self._head_step = (len(draft.tokens), tree.passes)
         return draft
@@ -123,16 +131,25 @@ class HybridDrafter:
         self.head.observe(accepted_count)
 
     def _learn(self, context: list[int]) -> bool:
-        """Scores the last step's lookup guess and head; True when the guess was accepted whole (the text is copying)."""
+        """Scores the last step's lookup guess and head; True when the guess was accepted whole (the text is
+        copying)."""
         # The accepted nodes' tokens follow the context they were drafted after (plain steps of an adaptive
         # k may have come since, without an observe).
         path = context[self._drafted_at : self._drafted_at + self._accepted]
-        copied = next((n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess)))
+        copied = next(
+            (n for n, (a, b) in enumerate(zip(path, self._guess)) if a != b), min(len(path), len(self._guess))
+        )
         if self._head_step is not None and self._curve is not None:
             nodes, passes = self._head_step
-            costs = self._curve.step_costs(self._drafted_at, self._head_pass_cost)  # where that step was drafted and verified
-            self._with = [HEAD_DECAY * self._with[0] + self._accepted + 1, HEAD_DECAY * self._with[1] + costs.step(nodes + 1, passes)]
-            self._without = [HEAD_DECAY * self._without[0] + copied + 1, HEAD_DECAY * self._without[1] + costs.step(len(self._guess) + 1, 0)]
+            costs = self._curve.step_costs(self._drafted_at, self._c)  # where that step was drafted and verified
+            self._with = [
+                HEAD_DECAY * self._with[0] + self._accepted + 1,
+                HEAD_DECAY * self._with[1] + costs.step(nodes + 1, passes),
+            ]
+            self._without = [
+                HEAD_DECAY * self._without[0] + copied + 1,
+                HEAD_DECAY * self._without[1] + costs.step(len(self._guess) + 1, 0),
+            ]
         if not self._guess:
             return False
         whole = copied == len(self._guess)
@@ -156,38 +173,15 @@ class HybridDrafter:
         if curve is None or not self._judged[match]:
             return k
         a = self._acceptance(match)
-        return max(range(k, max(k, self.LONGEST_LOOKUP) + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1)))
+        return max(
+            range(k, max(k, self.LONGEST_LOOKUP) + 1), key=lambda n: expected_speedup(a, n, 0.0, curve.ratio(n + 1))
+        )
 
 
 def _merge(guess: tuple[int, ...], tree: Draft, seconds: float) -> Draft:
-    """The lookup guess as the first branch from the root, the head's tree merged into it (shared where equal)."""
-    tokens, parents, confidence = list(guess), list(range(-1, len(guess) - 1)), [float("nan")] * len(guess)
-    merged: dict[int, int] = {}  # head node -> node of the merged tree
-    for node, (token, parent) in enumerate(zip(tree.tokens, tree.parents)):
-        under = -1 if parent < 0 else merged[parent]
-        same = next((n for n, p in enumerate(parents) if p == under and tokens[n] == token), None)
-        if same is None:
-            tokens.append(token), parents.append(under), confidence.append(float(tree.confidence[node]))
-            same = len(tokens) - 1
-        else:
-            confidence[same] = float(tree.confidence[node])  # a lookup guess the head also made
-        merged[node] = same
-    order = _parents_first(parents)
-    return Draft(
-        tokens=tuple(tokens[n] for n in order),
-        parents=reindexed(parents, order),
-        probs=None,
-        confidence=torch.tensor([confidence[n] for n in order]),
-        passes=tree.passes,
-        seconds=seconds,
-    )
-
-
-def _parents_first(parents: list[int]) -> list[int]:
-    """Node order with every parent before its children, siblings in insertion order (lookup first)."""
-    order: list[int] = []
-    frontier = [n for n, p in enumerate(parents) if p < 0]
-    while frontier:
-        order += frontier
-        frontier = [n for parent in frontier for n, p in enumerate(parents) if p == parent]
-    return order
+    """The lookup guess as the first branch from the root, the head's tree merged into it (shared where equal);
+    a node's confidence is the head's q where the head drafted it, NaN for the lookup's own guesses."""
+    tokens, parents, index = merged((guess, chain(len(guess))), (tree.tokens, tree.parents))
+    confidence = torch.full((len(tokens),), float("nan"))
+    confidence[index] = tree.confidence
+    return Draft(tokens=tokens, parents=parents, probs=None, confidence=confidence, passes=tree.passes, seconds=seconds)

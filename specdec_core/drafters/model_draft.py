@@ -9,19 +9,20 @@ import time
 import torch
 from transformers import PreTrainedModel
 
+from ..costs import CONTEXT_TOKENS
 from ..errors import SpecDecError
 from ..kv_cache import CachedModel
 from ..models import MODELS, LoadedModel, _load, default_dtype
-from ..tuning import CONTEXT_TOKENS, cost_curve, measured_cost_ratio, median_seconds, record_draft_pass
 from ..sampling import Sampler
 from ..sources import classify, loaded_bytes, parameter_count
-from .base import Draft
-from .tree import chain
+from ..tree import chain
+from ..tuning import c_at_load, cost_curve, median_seconds, record_draft_pass
+from .base import Draft, Drafter
 
 EARLY_EXIT_LAYERS = 8  # of SmolLM2-135M's 30: a draft that is cheap and often wrong, on purpose
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """A small causal LM that samples its guesses with the run's own sampler (same warpers as the target)."""
 
     def __init__(
@@ -60,7 +61,14 @@ class ModelDrafter:
             feed = [token]
         probs = torch.stack(rows) if rows else None
         confidence = probs[torch.arange(len(tokens)), tokens] if rows else None
-        return Draft(tuple(tokens), chain(len(tokens)), probs, confidence, self._model.passes - passes_before, time.perf_counter() - started)
+        return Draft(
+            tuple(tokens),
+            chain(len(tokens)),
+            probs,
+            confidence,
+            self._model.passes - passes_before,
+            time.perf_counter() - started,
+        )
 
     def observe(self, accepted_count: int) -> None:
         # KV rollback: keep the context plus the accepted drafts this cache has seen; the
@@ -85,7 +93,7 @@ def reduced_copy(source: str, dtype: torch.dtype, for_generate: bool = False) ->
 def measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -> None:
     """Records one pass of a model draft (for c), once per target and drafter: its T(1) from the
     tuning of its own load where it has one (the bfloat16 copy, a hub draft), else timed here."""
-    if measured_cost_ratio(target.source, default_dtype(), spec) is not None:
+    if c_at_load(target.source, default_dtype(), spec) is not None:
         return
     how = str(next(model.parameters()).dtype).removeprefix("torch.")
     curve = cost_curve(model)
@@ -94,7 +102,9 @@ def measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -
         return
     cache = CachedModel(model)
     cache.forward(list(range(100, 100 + CONTEXT_TOKENS)))
-    record_draft_pass(target.source, spec, median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS))), how)
+    record_draft_pass(
+        target.source, spec, median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS))), how
+    )
 
 
 def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from ..kv_cache import CachedModel
 from ..sampling import Sampler
-from .base import Draft
-from .tree import chain
+from ..tree import chain
+from .base import Draft, Drafter
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Prompt lookup (Saxena 2023): find the latest earlier occurrence of the last n tokens
     and propose what followed it. Costs no model pass; gives no q, so the acceptance rule
     treats each guess as certain (q one-hot)."""
@@ -20,9 +19,6 @@ class NgramDrafter:
         self.name = name
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-
-    def begin(self, target: CachedModel) -> None:
-        """Nothing to prepare: the context is searched afresh at each step."""
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
@@ -48,9 +44,6 @@ class NgramDrafter:
                 return tuple(continuation)
             best = max(best, continuation, key=len)
         return tuple(best)
-
-    def observe(self, accepted_count: int) -> None:
-        """Nothing to learn: the text itself is the model."""
 
 
 def _starts(context: list[int], n: int) -> Iterator[int]:

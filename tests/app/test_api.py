@@ -1,18 +1,33 @@
 """The launched app driven through gradio_client on the embedded default, as a script would use it."""
 
+import base64
+import json
+import re
+
+import numpy as np
 import pytest
 from gradio_client import Client
 
-from app.handlers import COLUMN_HEADERS
 from app.ui import build_ui, launch
+from app.views import AFTER_END
+from app.workload_handlers import COLUMN_HEADERS
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
 from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID
 
 pytestmark = pytest.mark.slow
 RACE_DEFAULTS = dict(
-    target=EMBEDDED_ID, drafter=DRAFT_NGRAM, k=3, adaptive=False, decoding="greedy",
-    temperature=1.0, top_k=0, top_p=1.0, seed=0, max_new_tokens=32,
+    target=EMBEDDED_ID,
+    drafter=DRAFT_NGRAM,
+    k=3,
+    adaptive=False,
+    decoding="greedy",
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    seed=0,
+    max_new_tokens=32,
 )
+TREE_TITLE = re.compile(r"Step (\d+) of (\d+): a \w+ of (\d+) drafted tokens, (\d+) accepted")
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +39,26 @@ def client():
 
 
 def race(client, **overrides):
-    return client.predict(prompt=overrides.pop("prompt", "List three colours as a JSON array."), **{**RACE_DEFAULTS, **overrides}, api_name="/race")
+    prompt = overrides.pop("prompt", "List three colours as a JSON array.")
+    return client.predict(prompt=prompt, **{**RACE_DEFAULTS, **overrides}, api_name="/race")
+
+
+def traces(plot: dict) -> dict[str, dict]:
+    """A gr.Plot output as the client returns it ({"type": "plotly", "plot": the figure's JSON}): its named traces."""
+    assert plot["type"] == "plotly"
+    return {trace["name"]: trace for trace in json.loads(plot["plot"])["data"] if "name" in trace}
+
+
+def markers(nodes: dict[str, dict], *names: str) -> int:
+    """How many points the traces of these names (those present) draw."""
+    return sum(len(values(nodes[name]["x"])) for name in names if name in nodes)
+
+
+def values(array: list | dict) -> list:
+    """A trace's x or y: a JSON list, or a numpy array, which plotly writes as a typed array (base64 and dtype)."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
 
 
 def test_race_returns_both_panes_and_identical_greedy_outputs(client):
@@ -35,12 +69,20 @@ def test_race_returns_both_panes_and_identical_greedy_outputs(client):
     assert details["plain_tokens"] == details["spec_tokens"] and len(details["plain_tokens"]) > 0
     assert details["spec"]["target_passes"] < details["plain"]["target_passes"]
     assert "✔ identical" in summary
-    assert plot is not None
+    charts = traces(plot)
+    accepted, drafted = values(charts["accepted"]["y"]), values(charts["drafted"]["y"])  # per drafting step
+    assert values(charts["accepted"]["x"]) == list(range(1, len(accepted) + 1))
+    assert sum(accepted) == details["spec"]["accepted"] and sum(drafted) == details["spec"]["drafted"]
+    for side, label in (("plain", "target only"), ("spec", "speculative")):  # tokens/s on its own clock, at its end
+        assert values(charts[label]["y"])[-1] == pytest.approx(details[side]["tokens_per_second"])
 
 
 def test_race_with_the_trained_head_is_identical_and_shows_both_outcomes(client):
     plain_pane, spec_pane, _, summary, details, _, _ = race(
-        client, drafter=DRAFT_EAGLE, k=4, max_new_tokens=64,
+        client,
+        drafter=DRAFT_EAGLE,
+        k=4,
+        max_new_tokens=64,
         prompt="Write a short story about a fox who learns to fly. Keep it to one paragraph.",
     )
     assert details["identical"] is True
@@ -51,16 +93,29 @@ def test_race_with_the_trained_head_is_identical_and_shows_both_outcomes(client)
 
 @pytest.mark.parametrize("drafter", [DRAFT_EAGLE_TREE, DRAFT_HYBRID])
 def test_tree_drafters_race_identically_and_return_the_tree_view(client, drafter):
-    *_, details, tree, tree_step = race(client, drafter=drafter, k=3, max_new_tokens=48,
-                                         prompt="Rename the variable x to total in: x = 1\nx = x + 2\nprint(x)")
+    *_, details, tree, tree_step = race(
+        client,
+        drafter=drafter,
+        k=3,
+        max_new_tokens=48,
+        prompt="Rename the variable x to total in: x = 1\nx = x + 2\nprint(x)",
+    )
     assert details["identical"] is True
     assert details["spec"]["target_passes"] < details["plain"]["target_passes"]
     step = tree_step["value"] if isinstance(tree_step, dict) else tree_step  # a slider update: its value
-    assert tree is not None and step > 1  # the slider sits on the newest drafted step
+    assert step > 1
+    title = json.loads(tree["plot"])["layout"]["title"]["text"]
+    shown, total, drafted, accepted = map(int, TREE_TITLE.match(title).groups())
+    assert shown == total == step  # the tree and the slider both sit on the newest drafted step
+    nodes = traces(tree)
+    assert markers(nodes, "accepted", AFTER_END, "rejected", "unverified") == drafted  # one per drafted node
+    assert markers(nodes, "accepted", AFTER_END) == accepted
 
 
 def test_race_streams_intermediate_updates(client):
-    job = client.submit(prompt="Count from one to ten in words.", **{**RACE_DEFAULTS, "max_new_tokens": 24}, api_name="/race")
+    job = client.submit(
+        prompt="Count from one to ten in words.", **{**RACE_DEFAULTS, "max_new_tokens": 24}, api_name="/race"
+    )
     updates = list(job)
     assert len(updates) > 3  # one update per step, not one at the end
 
@@ -118,18 +173,30 @@ def test_workload_check_reports_each_prompt(client):
     assert all(row[headers.index(COLUMN_HEADERS["identical"])] is True for row in rows)
     assert all(row[headers.index(COLUMN_HEADERS["speedup"])] > 0 for row in rows)
     assert "custom" in status and "measure yours both ways" in status
-    low, high = sorted(row[headers.index(COLUMN_HEADERS["speedup"])] for row in rows)
+    speedups = [row[headers.index(COLUMN_HEADERS["speedup"])] for row in rows]
+    low, high = sorted(speedups)
     assert f"each prompt {low:.2f}× to {high:.2f}×" in status
+    bars = traces(chart)["custom"]  # the speedup bars, one per prompt, named by its workload
+    assert values(bars["x"]) == [row[headers.index(COLUMN_HEADERS["prompt"])] for row in rows]
+    assert values(bars["y"]) == speedups
     assert sorted(f.rsplit(".", 1)[-1] for f in files) == ["csv", "json"]
 
 
 def test_spec_bench_sets_run_through_the_workload_check(client):
     status, table, chart, files = client.predict(
-        sets=["spec_bench:qa", "spec_bench:summarization"], own_prompts="", own_temperature=0.0, target=EMBEDDED_ID,
-        drafter=DRAFT_EAGLE, k=3, adaptive=False, max_new_tokens=12, api_name="/workload_check",
+        sets=["spec_bench:qa", "spec_bench:summarization"],
+        own_prompts="",
+        own_temperature=0.0,
+        target=EMBEDDED_ID,
+        drafter=DRAFT_EAGLE,
+        k=3,
+        adaptive=False,
+        max_new_tokens=12,
+        api_name="/workload_check",
     )
     rows, headers = table["data"], table["headers"]
-    assert [row[headers.index(COLUMN_HEADERS["workload"])] for row in rows] == ["spec_bench:qa"] * 3 + ["spec_bench:summarization"] * 3
+    workloads = [row[headers.index(COLUMN_HEADERS["workload"])] for row in rows]
+    assert workloads == ["spec_bench:qa"] * 3 + ["spec_bench:summarization"] * 3
     assert all(row[headers.index(COLUMN_HEADERS["identical"])] is True for row in rows)
     assert all(row[headers.index(COLUMN_HEADERS["mean_accepted_length"])] >= 1 for row in rows)
     assert "spec_bench:qa" in status and "spec_bench:summarization" in status
@@ -147,4 +214,8 @@ def test_k_sweep_reports_k_1_to_8_and_the_best(client):
     assert all(row[1] > 0 for row in table["data"])
     best = max(table["data"], key=lambda row: row[1])
     assert status.startswith(f"Best k = {best[0]}:")
-    assert chart is not None
+    lines = traces(chart)
+    assert values(lines["speedup"]["x"]) == list(range(1, 9))
+    assert values(lines["speedup"]["y"]) == [row[1] for row in table["data"]]
+    assert values(lines["acceptance rate"]["y"]) == [row[2] or 0 for row in table["data"]]
+    assert values(lines["best k"]["x"]) == [best[0]] and values(lines["best k"]["y"]) == [best[1]]

@@ -14,8 +14,13 @@ import torch
 pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -38,9 +43,13 @@ def page():
 def test_race_shows_coloured_tokens_and_a_chart(app_url, page, tmp_path):
     page.goto(app_url)
     running = page.locator("#running-line").inner_text()
-    assert "SmolLM2-135M-Instruct (embedded" in running and "n-gram lookup + EAGLE tree" in running and "on CPU" in running
+    assert (
+        "SmolLM2-135M-Instruct (embedded" in running and "n-gram lookup + EAGLE tree" in running and "on CPU" in running
+    )
     race = page.get_by_role("button", name="Race", exact=True)
-    race.click()  # the first race of a fresh Space waits for its warm-up: conversion and this machine's costs, timed once
+    # the first race of a fresh Space waits for its warm-up: conversion and this machine's costs,
+    # timed once
+    race.click()
     page.wait_for_selector("#race-summary table.summary", timeout=360_000)
     race.click()  # a second race in the same session replaces the first
     page.wait_for_selector("#race-summary table.summary", state="detached", timeout=60_000)
@@ -73,7 +82,9 @@ def test_tree_view_follows_the_race_and_replays_a_step(app_url, page, tmp_path):
     number = page.locator("#tree-step input[type='number']")
     number.fill("1")
     number.press("Enter")
-    page.wait_for_function("document.querySelector('#tree-view .gtitle').textContent.startsWith('Step 1 of')", timeout=30_000)
+    page.wait_for_function(
+        "document.querySelector('#tree-view .gtitle').textContent.startsWith('Step 1 of')", timeout=30_000
+    )
     assert total >= 1
     shot = Path(os.environ.get("SPECDEC_TREE_SCREENSHOT", tmp_path / "tree.png"))
     page.screenshot(path=str(shot), full_page=True)
@@ -90,7 +101,9 @@ def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, 
     page.wait_for_selector("#cost-curve [data-testid='plotly']", timeout=30_000)
     costs = page.locator("#machine-costs").inner_text()
     assert "Measured on this machine" in costs and "T(5)/T(1)" in costs and "c = " in costs
-    assert costs.count("target linears") == 1 and "target linears: " in costs and " for 1" in costs  # the kernel by width
+    assert (
+        costs.count("target linears") == 1 and "target linears: " in costs and " for 1" in costs
+    )  # the kernel by width
     assert "packed (oneDNN)" in costs and "stock (F.linear)" in costs  # and each one's timing by width, a table
     assert ("packed (MKL)" in costs) == torch.backends.mkl.is_available()
     if shot := os.environ.get("SPECDEC_COSTS_SCREENSHOT"):  # the machine's costs alone, to look at

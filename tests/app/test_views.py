@@ -6,24 +6,34 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import pytest
 
-from specdec_core import expected_speedup
-from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan
-from specdec_core.tuning import KERNEL_WIDTHS, Choice, CostCurve, TargetTuning, kernel_key
-
 from app import charts, views
 from app.race import PLAIN, SPEC, Race, interleave
-from specdec_core import GenerationConfig, ModelDrafter, SamplingConfig, SpecStep, autoregressive, speculative
+from specdec_core import (
+    GenerationConfig,
+    ModelDrafter,
+    SamplingConfig,
+    SpecStep,
+    autoregressive,
+    expected_speedup,
+    speculative,
+)
+from specdec_core.costs import CostCurve
+from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan
+from specdec_core.tuning import KERNEL_WIDTHS, Choice, TargetTuning, kernel_key
 from tests.specdec_core.test_models import word_tokenizer
 
 PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
-WORDS = ["<b>", "&amp;", "\"q\"", "<script>alert(1)</script>"] + [f"w{i}" for i in range(27)]
+WORDS = ["<b>", "&amp;", '"q"', "<script>alert(1)</script>"] + [f"w{i}" for i in range(27)]
 
 
 @pytest.fixture(scope="module")
 def race(target_model, draft_model) -> Race:
     config = GenerationConfig(max_new_tokens=40)
     race = Race(greedy=True, k=4)
-    runs = {PLAIN: autoregressive(target_model, PROMPT, config), SPEC: speculative(target_model, ModelDrafter(draft_model), PROMPT, config)}
+    runs = {
+        PLAIN: autoregressive(target_model, PROMPT, config),
+        SPEC: speculative(target_model, ModelDrafter(draft_model), PROMPT, config),
+    }
     for side, event in interleave(runs):
         race.add(side, event)
     return race
@@ -63,20 +73,38 @@ def test_tree_view_draws_a_chain_as_one_branch_and_a_tree_with_siblings(race, te
     assert "accepted" in names or chain_step.accepted_count == 0
     drawn = sum(len(t.x) for t in fig.data if t.name in ("accepted", "rejected", "unverified"))
     assert drawn == chain_step.drafted_count
-    tree_step = SpecStep(draft_tokens=(5, 6, 7, 8, 9), parents=(-1, -1, 0, 0, 1), path=(1, 4), draft_probs=(.5, .3, .4, .2, .9),
-                         target_probs=(.1, .8, .2, .1, .9), accept_probs=(0, 1, 0, 0, 1), next_token=3, next_token_prob=.7,
-                         emitted_tokens=(6, 9, 3), draft_passes=2, draft_seconds=.01, verify_seconds=.05)
+    tree_step = SpecStep(
+        draft_tokens=(5, 6, 7, 8, 9),
+        parents=(-1, -1, 0, 0, 1),
+        path=(1, 4),
+        draft_probs=(0.5, 0.3, 0.4, 0.2, 0.9),
+        target_probs=(0.1, 0.8, 0.2, 0.1, 0.9),
+        accept_probs=(0, 1, 0, 0, 1),
+        next_token=3,
+        next_token_prob=0.7,
+        emitted_tokens=(6, 9, 3),
+        draft_passes=2,
+        draft_seconds=0.01,
+        verify_seconds=0.05,
+    )
     fig = charts.tree_figure(tree_step, text, 2, 5)
     groups = {t.name: len(t.x) for t in fig.data if t.name in ("accepted", "rejected", "unverified")}
     assert groups == {"accepted": 2, "rejected": 1, "unverified": 2}  # node 0 refused; its children never reached
-    assert "bonus" in {t.name for t in fig.data} and "min(1, p/q)" in next(t for t in fig.data if t.name == "accepted").hovertext[0]
+    assert (
+        "bonus" in {t.name for t in fig.data}
+        and "min(1, p/q)" in next(t for t in fig.data if t.name == "accepted").hovertext[0]
+    )
     assert charts.tree_figure(None, text).layout.annotations  # before any draft: a note, not an error
 
 
 def test_model_text_is_escaped(race, text):
     """No markup from a token reaches the page: the tokenizer's vocabulary holds <script> and <b>."""
-    pane = views.pane_html("speculative", race.spec, text, running=False) + views.pane_html("target only", race.plain, text, False)
-    assert "<script>" not in pane and "<b>" not in pane.replace("<b>speculative</b>", "").replace("<b>target only</b>", "")
+    pane = views.pane_html("speculative", race.spec, text, running=False) + views.pane_html(
+        "target only", race.plain, text, False
+    )
+    assert "<script>" not in pane and "<b>" not in pane.replace("<b>speculative</b>", "").replace(
+        "<b>target only</b>", ""
+    )
     raw = views.TokenText(word_tokenizer(WORDS))
     span = next(views.step_spans(race.plain.steps[0], raw))
     assert "<" not in re.sub(r"^<span[^>]*>|</span>$", "", span)
@@ -111,9 +139,20 @@ def test_race_chart_has_all_four_panels(race):
 def test_a_step_whose_answer_ends_inside_its_path_shows_only_what_was_emitted(text):
     # path 0 -> 1 -> 2 accepted, but node 1 is the end token: the output keeps nodes 0 and 1 and nothing after
     end = 7
-    step = SpecStep(draft_tokens=(5, end, 8, 9), parents=(-1, 0, 1, 0), path=(0, 1, 2), draft_probs=(.9, .8, .7, .1),
-                    target_probs=(.9, .9, .6, .05), accept_probs=(1, 1, 1, 0), next_token=3, next_token_prob=.4,
-                    emitted_tokens=(5, end), draft_passes=3, draft_seconds=.01, verify_seconds=.05)
+    step = SpecStep(
+        draft_tokens=(5, end, 8, 9),
+        parents=(-1, 0, 1, 0),
+        path=(0, 1, 2),
+        draft_probs=(0.9, 0.8, 0.7, 0.1),
+        target_probs=(0.9, 0.9, 0.6, 0.05),
+        accept_probs=(1, 1, 1, 0),
+        next_token=3,
+        next_token_prob=0.4,
+        emitted_tokens=(5, end),
+        draft_passes=3,
+        draft_seconds=0.01,
+        verify_seconds=0.05,
+    )
     assert step.emitted_path == (0, 1) and step.accepted_after_end == (2,) and not step.next_emitted
     fig = charts.tree_figure(step, text, 0, 1)
     groups = {t.name: len(t.x) for t in fig.data if t.name}
@@ -136,7 +175,10 @@ def test_step_detail_lists_each_draft(race, text):
 def test_sampling_race_makes_no_identity_claim(target_model, draft_model, text):
     config = GenerationConfig(max_new_tokens=20, sampling=SamplingConfig(temperature=1.0, seed=1))
     race = Race(greedy=False, k=4)
-    runs = {PLAIN: autoregressive(target_model, PROMPT, config), SPEC: speculative(target_model, ModelDrafter(draft_model), PROMPT, config)}
+    runs = {
+        PLAIN: autoregressive(target_model, PROMPT, config),
+        SPEC: speculative(target_model, ModelDrafter(draft_model), PROMPT, config),
+    }
     for side, event in interleave(runs):
         race.add(side, event)
     assert race.identical is None
@@ -198,7 +240,9 @@ def test_head_intro_states_the_training_its_curve_records_and_the_agreement_save
     measured = {"translation": [0.204, 0.3], "code_edit": [0.7, 0.6], "writing": [0.5, 0.4], "all": [0.451, 0.4]}
     text = head_intro(curve, measured)
     assert "20% (translation) to 70% (code edit) of the time by category (0.45 over all)" in text
-    assert "guesses the first token" not in head_intro(curve, {}) and "n-gram lookup adds the copies" in head_intro(curve, {})
+    assert "guesses the first token" not in head_intro(curve, {}) and "n-gram lookup adds the copies" in head_intro(
+        curve, {}
+    )
     shipped = head_realistic_agreement()
     assert shipped["all"] and all(0 < v[0] < 1 for v in shipped.values())
     weakest = min((v[0], c) for c, v in shipped.items() if c != "all")
@@ -212,7 +256,11 @@ def test_kernel_table_times_each_width_and_bolds_the_kernel_its_plan_runs():
     # the Intel Xeon's: stock for 1-3 tokens, MKL's packed GEMM for 4-8, oneDNN's from 9
     plan = KernelPlan(STOCK, PACKED, (), (STOCK, STOCK, MKL_PACKED, MKL_PACKED, MKL_PACKED, MKL_PACKED, MKL_PACKED))
     base = {STOCK: 0.040, MKL_PACKED: 0.060, PACKED: 0.080}
-    seconds = {kernel_key(kernel, width): base[kernel] + width / 1000 for kernel in base for width in range(1, KERNEL_WIDTHS + 1)}
+    seconds = {
+        kernel_key(kernel, width): base[kernel] + width / 1000
+        for kernel in base
+        for width in range(1, KERNEL_WIDTHS + 1)
+    }
     tuning = TargetTuning(plan, Choice("target linears", plan.describe(17), seconds), CostCurve((0.04,)))
     table = views.kernel_table(tuning)
     assert "| tokens a pass | packed (oneDNN) | stock (F.linear) | packed (MKL) |" in table
@@ -221,6 +269,8 @@ def test_kernel_table_times_each_width_and_bolds_the_kernel_its_plan_runs():
     bold = [re.findall(r"\*\*([\d.]+) ms\*\*", row) for row in rows]
     assert bold == [["41.0"], ["42.0"], ["43.0"], ["64.0"], ["65.0"], ["66.0"], ["67.0"], ["68.0"], ["89.0"]]
     two_timed = {key: s for key, s in seconds.items() if not key.startswith(MKL_PACKED)}  # a CPU without MKL
-    assert all(row.count("|") == 4 for row in views.kernel_table(replace(tuning, kernels=Choice("t", "", two_timed)))[3:-1])
+    assert all(
+        row.count("|") == 4 for row in views.kernel_table(replace(tuning, kernels=Choice("t", "", two_timed)))[3:-1]
+    )
     nothing_timed = TargetTuning(KernelPlan(), Choice("target linears", "packed", {}), CostCurve((0.04,)))
     assert views.kernel_table(nothing_timed) == []

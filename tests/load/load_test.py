@@ -41,10 +41,25 @@ PROMPTS = [
     "List the first three months of the year.",
     "Give two animals that live in the sea.",
 ]
-RACE = dict(target="embedded:SmolLM2-135M-Instruct", drafter="ngram", k=3, adaptive=False, decoding="greedy",
-            temperature=1.0, top_k=0, top_p=1.0, seed=0)
+RACE = dict(
+    target="embedded:SmolLM2-135M-Instruct",
+    drafter="ngram",
+    k=3,
+    adaptive=False,
+    decoding="greedy",
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    seed=0,
+)
 LONG_PROMPT = "Write a long story about a dragon who learns to bake bread."
-BAD_INPUTS = [dict(prompt="   "), dict(prompt="x" * (MAX_PROMPT_CHARS + 1)), dict(k=0), dict(max_new_tokens=10**6), dict(target="no-such/model")]
+BAD_INPUTS = [
+    dict(prompt="   "),
+    dict(prompt="x" * (MAX_PROMPT_CHARS + 1)),
+    dict(k=0),
+    dict(max_new_tokens=10**6),
+    dict(target="no-such/model"),
+]
 
 
 @dataclass
@@ -66,12 +81,18 @@ class Report:
         latencies = sorted(self.first_token_seconds)
         pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else None  # noqa: E731
         return {
-            "completed": self.completed, "wrong_output": self.wrong_output, "cancelled": self.cancelled,
-            "disconnected": self.disconnected, "errors_by_kind": dict(self.errors),
-            "first_token_p50_s": pct(0.5), "first_token_p95_s": pct(0.95),
+            "completed": self.completed,
+            "wrong_output": self.wrong_output,
+            "cancelled": self.cancelled,
+            "disconnected": self.disconnected,
+            "errors_by_kind": dict(self.errors),
+            "first_token_p50_s": pct(0.5),
+            "first_token_p95_s": pct(0.95),
             "freed_after_abort_s": self.freed_after_abort_seconds,
             "long_race_uninterrupted_s": round(self.long_race_seconds, 1),
-            "baseline_mib": round(self.baseline_mib), "peak_mib": round(self.peak_mib), "after_mib": round(self.after_mib),
+            "baseline_mib": round(self.baseline_mib),
+            "peak_mib": round(self.peak_mib),
+            "after_mib": round(self.after_mib),
         }
 
 
@@ -83,7 +104,9 @@ def free_port() -> int:
 
 def start_app(port: int) -> subprocess.Popen:
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "SPECDEC_QUEUE_SIZE": "64"}
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -118,7 +141,9 @@ def watch_memory(process: psutil.Process, report: Report, stop: threading.Event)
         stop.wait(0.2)
 
 
-def client_loop(url: str, index: int, races: int, tokens: int, references: dict[str, list[int]], report: Report) -> None:
+def client_loop(
+    url: str, index: int, races: int, tokens: int, references: dict[str, list[int]], report: Report
+) -> None:
     client = Client(url, verbose=False)
     for r in range(races):
         prompt = PROMPTS[(index + r) % len(PROMPTS)]
@@ -156,7 +181,9 @@ def abort_frees_cpu(url: str, how: str, long_tokens: int, report: Report) -> Non
     With one generation at a time, a long race still running would hold the short one in the
     queue for its whole length (tens of seconds); freed, the short one starts at once."""
     if how == "cancel":
-        job = Client(url, verbose=False).submit(prompt=LONG_PROMPT, max_new_tokens=long_tokens, **RACE, api_name="/race")
+        job = Client(url, verbose=False).submit(
+            prompt=LONG_PROMPT, max_new_tokens=long_tokens, **RACE, api_name="/race"
+        )
         for i, _ in enumerate(job):
             if i >= 2:
                 break
@@ -176,7 +203,19 @@ def disconnect_mid_stream(url: str, long_tokens: int) -> None:
     config = httpx.get(f"{url}config", timeout=10).json()
     fn_index = next(i for i, d in enumerate(config["dependencies"]) if d.get("api_name") == "race")
     values = {"prompt": LONG_PROMPT, "max_new_tokens": long_tokens, **RACE}
-    order = ["prompt", "target", "drafter", "k", "adaptive", "decoding", "temperature", "top_k", "top_p", "seed", "max_new_tokens"]
+    order = [
+        "prompt",
+        "target",
+        "drafter",
+        "k",
+        "adaptive",
+        "decoding",
+        "temperature",
+        "top_k",
+        "top_p",
+        "seed",
+        "max_new_tokens",
+    ]
     session = f"disconnect-{time.monotonic_ns()}"
     body = {"data": [values[name] for name in order], "fn_index": fn_index, "session_hash": session}
     httpx.post(f"{url}gradio_api/queue/join", json=body, timeout=10).raise_for_status()
@@ -200,7 +239,10 @@ def run(clients: int, races: int, tokens: int, long_tokens: int = 256) -> dict:
         report.baseline_mib = app.memory_info().rss / 2**20
         watcher = threading.Thread(target=watch_memory, args=(app, report, stop), daemon=True)
         watcher.start()
-        threads = [threading.Thread(target=client_loop, args=(url, i, races, tokens, references, report)) for i in range(clients)]
+        threads = [
+            threading.Thread(target=client_loop, args=(url, i, races, tokens, references, report))
+            for i in range(clients)
+        ]
         for t in threads:
             t.start()
         for t in threads:

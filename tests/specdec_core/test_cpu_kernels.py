@@ -31,8 +31,15 @@ def linear(bias: bool = True) -> torch.nn.Linear:
 
 def tiny_tied_llama() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -41,11 +48,22 @@ IDS = torch.tensor([[1, 5, 7, 3, 9]])
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 17, 80])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("plan", [KernelPlan(), KernelPlan(STOCK, STOCK), KernelPlan(PACKED, STOCK), KernelPlan(STOCK, PACKED),
-                                  KernelPlan(PACKED, PACKED, (2,)), KernelPlan(STOCK, STOCK, (2, 5)),
-                                  KernelPlan(STOCK, PACKED, (), (STOCK, STOCK)), KernelPlan(PACKED, PACKED, (3,), (STOCK, PACKED, STOCK)),
-                                  KernelPlan(MKL_PACKED, MKL_PACKED), KernelPlan(STOCK, PACKED, (), (STOCK, MKL_PACKED, MKL_PACKED)),
-                                  KernelPlan(MKL_PACKED, STOCK, (2,), (MKL_PACKED,))])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        KernelPlan(),
+        KernelPlan(STOCK, STOCK),
+        KernelPlan(PACKED, STOCK),
+        KernelPlan(STOCK, PACKED),
+        KernelPlan(PACKED, PACKED, (2,)),
+        KernelPlan(STOCK, STOCK, (2, 5)),
+        KernelPlan(STOCK, PACKED, (), (STOCK, STOCK)),
+        KernelPlan(PACKED, PACKED, (3,), (STOCK, PACKED, STOCK)),
+        KernelPlan(MKL_PACKED, MKL_PACKED),
+        KernelPlan(STOCK, PACKED, (), (STOCK, MKL_PACKED, MKL_PACKED)),
+        KernelPlan(MKL_PACKED, STOCK, (2,), (MKL_PACKED,)),
+    ],
+)
 def test_patched_linear_matches_stock(rows, bias, plan, cpu_path):
     stock = linear(bias)
     patched = speed_up_linears(torch.nn.Sequential(copy.deepcopy(stock)))
@@ -60,7 +78,9 @@ def kernel_calls(monkeypatch) -> list[tuple[int, str]]:
     """(rows, kernel) of every call the patched linears make, as the kernel sees them."""
     calls = []
     real = cpu_kernels._linear
-    monkeypatch.setattr(cpu_kernels, "_linear", lambda module, x, kernel: calls.append((x.shape[-2], kernel)) or real(module, x, kernel))
+    monkeypatch.setattr(
+        cpu_kernels, "_linear", lambda module, x, kernel: calls.append((x.shape[-2], kernel)) or real(module, x, kernel)
+    )
     return calls
 
 
@@ -82,7 +102,14 @@ def test_each_row_count_runs_the_kernel_its_plan_names(cpu_path, kernel_calls):
     for rows in range(1, 7):
         x = torch.randn(1, rows, 24)
         torch.testing.assert_close(patched(x), stock(x))
-    assert kernel_calls == [(1, PACKED), (2, STOCK), (4, PACKED), (4, PACKED), (5, STOCK), (6, STOCK)]  # 3 rows computed as 4
+    assert kernel_calls == [
+        (1, PACKED),
+        (2, STOCK),
+        (4, PACKED),
+        (4, PACKED),
+        (5, STOCK),
+        (6, STOCK),
+    ]  # 3 rows computed as 4
 
 
 def test_forced_avx2_path_turns_off_onednn_bfloat16_only(cpu_path):
@@ -168,6 +195,7 @@ def test_mkl_packed_weights_compute_alone_once_the_dense_ones_are_released(plan,
 def test_resident_bytes_count_every_copy_a_plan_keeps(cpu_path):
     """Released under oneDNN alone, each weight is one packed copy; a plan with stock, oneDNN and MKL widths keeps
     the dense weight and both packs: two copies more of every linear, and the tied lm_head's two packs beside it."""
+
     def released(plan: KernelPlan) -> LlamaForCausalLM:
         model = speed_up_linears(tiny_tied_llama())
         set_kernel_plan(model, plan)
@@ -184,7 +212,10 @@ def test_a_plan_packs_what_it_reads_when_set_and_drops_the_rest(cpu_path):
     model = speed_up_linears(tiny_tied_llama())
     up = model.model.layers[0].mlp.up_proj
     set_kernel_plan(model, KernelPlan(STOCK, PACKED, (), (MKL_PACKED,)))
-    assert up in cpu_kernels._packed[PACKED] and (up in cpu_kernels._packed[MKL_PACKED]) == torch.backends.mkl.is_available()
+    assert (
+        up in cpu_kernels._packed[PACKED]
+        and (up in cpu_kernels._packed[MKL_PACKED]) == torch.backends.mkl.is_available()
+    )
     set_kernel_plan(model, KernelPlan(STOCK, STOCK))
     assert up not in cpu_kernels._packed[PACKED] and up not in cpu_kernels._packed[MKL_PACKED]
 
@@ -219,12 +250,19 @@ def test_forcing_avx2_at_start_caps_every_kernel():
         "from specdec_core.lean_pass import fuse_projections, run_pass\n"
         "from transformers import DynamicCache\n"
         "from tests.conftest import tiny_llama\n"
-        "stock = tiny_llama(seed=3, fast=False); lean = copy.deepcopy(stock); fuse_projections(lean); speed_up_linears(lean)\n"
+        "stock = tiny_llama(seed=3, fast=False); lean = copy.deepcopy(stock); fuse_projections(lean); "
+        "speed_up_linears(lean)\n"
         "ids = torch.tensor([[1, 2, 3, 4, 5]])\n"
         "ours = run_pass(lean, ids, DynamicCache(config=lean.config), logits_to_keep=5)[0]\n"
-        "print(this_machine().kernel_isa, onednn_supports(torch.bfloat16), torch.allclose(ours, stock(ids).logits, atol=1e-5))\n"
+        "print(this_machine().kernel_isa, onednn_supports(torch.bfloat16), "
+        "torch.allclose(ours, stock(ids).logits, atol=1e-5))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], env={**os.environ, "SPECDEC_FORCE_AVX2": "1"},
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "SPECDEC_FORCE_AVX2": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["AVX2", "False", "True"]

@@ -8,10 +8,10 @@ from specdec_core import (
     DRAFT_EARLY_EXIT,
     DRAFT_NGRAM,
     DraftConfig,
-    generated_tokens,
     GenerationConfig,
     autoregressive,
     encode_prompt,
+    generated_tokens,
     make_drafter,
     speculative,
     stop_token_ids,
@@ -24,7 +24,6 @@ from specdec_core.tuning import cost_curve, tuning_of
 pytestmark = pytest.mark.slow
 PROMPT = "Return a JSON object with the keys name, city and age for: Ana lives in Lisbon and is 31."
 TOKENS = 40
-
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +40,11 @@ def test_plain_decoding_equals_transformers_generate(embedded, reference, transf
     a stock copy (MKL, dense weights) and on the packed one the training data uses (for_generate)."""
     prompt, stops, plain = reference
     assert is_lean(embedded.model)
-    model = load_stock(EMBEDDED_ID, torch.float32) if transformers_model == "stock" else load_model(EMBEDDED_ID, for_generate=True).model
+    model = (
+        load_stock(EMBEDDED_ID, torch.float32)
+        if transformers_model == "stock"
+        else load_model(EMBEDDED_ID, for_generate=True).model
+    )
     assert not is_lean(model)
     out = model.generate(torch.tensor([prompt]), max_new_tokens=TOKENS, do_sample=False, eos_token_id=list(stops))
     assert out[0, len(prompt) :].tolist() == plain
@@ -61,7 +64,14 @@ def test_a_copy_for_generate_leaves_the_served_models_costs(embedded):
 def test_greedy_speculative_is_token_identical(embedded, reference, drafter, draft_config):
     prompt, stops, plain = reference
     events = list(
-        speculative(embedded.model, make_drafter(drafter, embedded), prompt, GenerationConfig(max_new_tokens=TOKENS), draft_config, stops)
+        speculative(
+            embedded.model,
+            make_drafter(drafter, embedded),
+            prompt,
+            GenerationConfig(max_new_tokens=TOKENS),
+            draft_config,
+            stops,
+        )
     )
     assert generated_tokens(events) == plain
     assert events[-1].summary.tokens == len(plain)

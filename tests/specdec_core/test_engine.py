@@ -5,36 +5,38 @@ import time
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 import specdec_core.engine as engine
 from specdec_core import (
     DraftConfig,
-    generated_tokens,
     GenerationConfig,
     ModelDrafter,
     NgramDrafter,
     SamplingConfig,
     SpecStep,
     autoregressive,
+    generated_tokens,
     speculative,
 )
 from specdec_core.acceptance import Verdict
+from specdec_core.drafters.model_draft import early_exit_copy
 from specdec_core.kv_cache import CachedModel
 from specdec_core.limits import MAX_NEW_TOKENS
-from specdec_core.drafters import early_exit_copy
-from specdec_core.sampling import Sampler
 from tests.conftest import noisy_copy, tiny_llama
-
-PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
-
+from tests.specdec_core.conftest import PROMPT, assert_matches, exact_marginals
 
 
 def drafters(target, draft):
     yield "draft model", lambda: ModelDrafter(draft)
     yield "n-gram", lambda: NgramDrafter()
-    yield "early exit, sharing the prompt cache", lambda: ModelDrafter(early_exit_copy(target, 1), shares_target_weights=True)
-    yield "bfloat16 copy, sharing the prompt cache", lambda: ModelDrafter(copy.deepcopy(target).bfloat16(), shares_target_weights=True)
+    yield (
+        "early exit, sharing the prompt cache",
+        lambda: ModelDrafter(early_exit_copy(target, 1), shares_target_weights=True),
+    )
+    yield (
+        "bfloat16 copy, sharing the prompt cache",
+        lambda: ModelDrafter(copy.deepcopy(target).bfloat16(), shares_target_weights=True),
+    )
     yield "the target itself", lambda: ModelDrafter(target)
 
 
@@ -78,18 +80,6 @@ def small_pair():
     return target, noisy_copy(target, noise=1.0, seed=12)
 
 
-def exact_marginals(target, prompt, sampling) -> tuple[torch.Tensor, torch.Tensor]:
-    """p(x1) and p(x2) = sum over x1 of p(x1) p(x2 | x1), after the same warpers as the engine."""
-    sampler = Sampler(sampling)
-    with torch.no_grad():
-        first = sampler.probs(target(torch.tensor([prompt])).logits[0, -1:])[0]
-        second = torch.zeros(SMALL_VOCAB)
-        for x1 in range(SMALL_VOCAB):
-            row = sampler.probs(target(torch.tensor([prompt + [x1]])).logits[0, -1:])[0]
-            second += first[x1] * row
-    return first, second
-
-
 def sample_counts(target, draft, runs: int) -> tuple[list[int], list[int]]:
     firsts, seconds = [0] * SMALL_VOCAB, [0] * SMALL_VOCAB
     for seed in range(runs):
@@ -101,15 +91,6 @@ def sample_counts(target, draft, runs: int) -> tuple[list[int], list[int]]:
 
 
 SAMPLING_KW = dict(temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k)
-
-
-def assert_matches(counts: list[int], probs: torch.Tensor) -> float:
-    keep = probs > 0
-    assert all(c == 0 for c, k in zip(counts, keep.tolist()) if not k), "a token the target cannot emit appeared"
-    observed = [c for c, k in zip(counts, keep.tolist()) if k]
-    kept = probs[keep].double()
-    expected = (kept / kept.sum() * sum(observed)).tolist()
-    return chisquare(observed, expected).pvalue
 
 
 def test_speculative_sampling_matches_target_distribution(small_pair):
@@ -150,7 +131,13 @@ def test_same_seed_same_tokens(target_model, draft_model):
 def test_max_new_tokens_is_never_overshot_by_the_bonus_token(target_model, k):
     for budget in (1, 2, 5, 13):
         events = list(
-            speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=budget), DraftConfig(k=k))
+            speculative(
+                target_model,
+                ModelDrafter(target_model),
+                PROMPT,
+                GenerationConfig(max_new_tokens=budget),
+                DraftConfig(k=k),
+            )
         )
         assert len(generated_tokens(events)) == budget
         assert events[-1].summary.stop_reason == "max_new_tokens"
@@ -162,7 +149,14 @@ def test_stops_at_end_token_and_emits_nothing_after_it(target_model, draft_model
     cut = plain[: plain.index(stop) + 1]
     for run in (
         autoregressive(target_model, PROMPT, GenerationConfig(max_new_tokens=30), stop_token_ids={stop}),
-        speculative(target_model, ModelDrafter(target_model), PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=5), {stop}),
+        speculative(
+            target_model,
+            ModelDrafter(target_model),
+            PROMPT,
+            GenerationConfig(max_new_tokens=30),
+            DraftConfig(k=5),
+            {stop},
+        ),
     ):
         events = list(run)
         assert generated_tokens(events) == cut

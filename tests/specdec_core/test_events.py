@@ -23,7 +23,9 @@ PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_step_records_and_summary_agree(target_model, draft_model, temperature, adaptive):
     config = GenerationConfig(max_new_tokens=50, sampling=SamplingConfig(temperature=temperature, seed=3))
-    events = list(speculative(target_model, ModelDrafter(draft_model), PROMPT, config, DraftConfig(k=4, adaptive=adaptive)))
+    events = list(
+        speculative(target_model, ModelDrafter(draft_model), PROMPT, config, DraftConfig(k=4, adaptive=adaptive))
+    )
     *steps, finished = events
     assert isinstance(finished, Finished)
     summary = finished.summary
@@ -32,7 +34,10 @@ def test_step_records_and_summary_agree(target_model, draft_model, temperature, 
             assert 0 <= step.accepted_count <= step.drafted_count
             assert step.accepted_count + step.rejected_count == step.drafted_count
             assert (step.rejected_token is None) == (step.rejected_count == 0)
-            assert step.emitted_tokens == (step.draft_tokens[: step.accepted_count] + (step.next_token,))[: len(step.emitted_tokens)]
+            assert (
+                step.emitted_tokens
+                == (step.draft_tokens[: step.accepted_count] + (step.next_token,))[: len(step.emitted_tokens)]
+            )
             assert len(step.draft_probs) == len(step.target_probs) == len(step.accept_probs) == step.drafted_count
             assert step.draft_seconds >= 0 and step.verify_seconds > 0
             assert step.next_outcome == ("correction" if step.rejected_token is not None else "bonus")
@@ -44,7 +49,9 @@ def test_step_records_and_summary_agree(target_model, draft_model, temperature, 
     assert summary.accepted == sum(s.accepted_count for s in steps)
     assert summary.acceptance_rate == pytest.approx(summary.accepted / summary.drafted)
     # tokens per target pass = accepted + 1 per pass (the bonus/correction token is counted)
-    assert summary.mean_accepted_length == pytest.approx((summary.accepted + summary.target_passes) / summary.target_passes)
+    assert summary.mean_accepted_length == pytest.approx(
+        (summary.accepted + summary.target_passes) / summary.target_passes
+    )
     assert sum(summary.accepted_length_counts) == sum(1 for s in steps if s.drafted_count)
     assert sum(n * c for n, c in enumerate(summary.accepted_length_counts)) == summary.accepted
     assert summary.draft_passes == sum(s.draft_passes for s in steps)
@@ -59,7 +66,9 @@ def test_plain_run_has_one_pass_per_token(target_model):
 
 
 def test_ngram_drafts_come_from_the_context(target_model):
-    events = list(speculative(target_model, NgramDrafter(), PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=3)))
+    events = list(
+        speculative(target_model, NgramDrafter(), PROMPT, GenerationConfig(max_new_tokens=30), DraftConfig(k=3))
+    )
     context = list(PROMPT)
     for step in events[:-1]:
         if step.drafted_count:

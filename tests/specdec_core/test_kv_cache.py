@@ -31,7 +31,9 @@ def test_full_acceptance_keeps_the_whole_cache(target_model):
     cached.forward([1, 2, 3, 4, 5], logits_to_keep=5)
     cached.rollback(5)
     assert cached.length == 5
-    torch.testing.assert_close(cached.forward([6])[0], fresh_logits(target_model, [1, 2, 3, 4, 5, 6]), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        cached.forward([6])[0], fresh_logits(target_model, [1, 2, 3, 4, 5, 6]), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_draft_model_cache_rolls_back_to_the_accepted_prefix(target_model, draft_model):
@@ -72,7 +74,10 @@ def test_growing_layer_holds_what_transformers_dynamic_layer_holds():
     ours, theirs = GrowingLayer(), DynamicLayer()
     for step in range(60):
         width = int(torch.randint(1, 17, (1,), generator=generator))
-        keys, values = torch.randn(1, 2, width, 4, generator=generator), torch.randn(1, 2, width, 4, generator=generator)
+        keys, values = (
+            torch.randn(1, 2, width, 4, generator=generator),
+            torch.randn(1, 2, width, 4, generator=generator),
+        )
         for layer in (ours, theirs):
             layer.update(keys, values)
         if step % 3 == 1:
@@ -83,7 +88,7 @@ def test_growing_layer_holds_what_transformers_dynamic_layer_holds():
             start, rows = length - 6, torch.tensor([1, 4])
             index = torch.cat([torch.arange(start), start + rows])
             buffer = ours.room[0].data_ptr()
-            ours.keep_rows(start, rows)
+            ours.compact_rows(start, rows)
             assert ours.room[0].data_ptr() == buffer  # compacted in place: the prefix was not copied elsewhere
             theirs.keys, theirs.values = theirs.keys.index_select(-2, index), theirs.values.index_select(-2, index)
         assert torch.equal(ours.keys, theirs.keys) and torch.equal(ours.values, theirs.values)
@@ -98,7 +103,10 @@ def test_growing_layer_drops_batch_rows_as_transformers_dynamic_layer_does():
     ours, theirs = GrowingLayer(), DynamicLayer()
     rows = 5
     for step in range(40):
-        keys, values = torch.randn(rows, 2, 3 if step == 0 else 1, 4, generator=generator), torch.randn(rows, 2, 3 if step == 0 else 1, 4, generator=generator)
+        keys, values = (
+            torch.randn(rows, 2, 3 if step == 0 else 1, 4, generator=generator),
+            torch.randn(rows, 2, 3 if step == 0 else 1, 4, generator=generator),
+        )
         for layer in (ours, theirs):
             layer.update(keys, values)
         if step in (4, 17, 30):

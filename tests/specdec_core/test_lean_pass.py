@@ -42,8 +42,13 @@ def test_fused_layers_replace_the_separate_ones(lean, stock):
     attention, mlp = lean.model.layers[0].self_attn, lean.model.layers[0].mlp
     assert is_lean(lean) and not is_lean(stock)
     assert not hasattr(attention, "q_proj") and not hasattr(mlp, "up_proj")
-    assert attention.qkv_proj.out_features == stock.model.layers[0].self_attn.q_proj.out_features + 2 * stock.model.layers[0].self_attn.k_proj.out_features
-    assert sum(p.numel() for p in lean.parameters()) == sum(p.numel() for p in stock.parameters())  # the same bytes, fused
+    assert (
+        attention.qkv_proj.out_features
+        == stock.model.layers[0].self_attn.q_proj.out_features + 2 * stock.model.layers[0].self_attn.k_proj.out_features
+    )
+    assert sum(p.numel() for p in lean.parameters()) == sum(
+        p.numel() for p in stock.parameters()
+    )  # the same bytes, fused
 
 
 @pytest.mark.parametrize("width", [1, 4])
@@ -67,7 +72,7 @@ def test_features_of_several_layers_are_their_outputs_side_by_side(lean, stock, 
     """The fused head's hand-off (EAGLE-3: a low, a middle and a high layer), on both passes, against the
     layers' outputs computed one by one (conftest.layer_outputs)."""
     own = layer_outputs(stock, CONTEXT + [7, 8, 9])
-    expected = torch.cat([own[i] for i in layers], dim=-1)[len(CONTEXT):]
+    expected = torch.cat([own[i] for i in layers], dim=-1)[len(CONTEXT) :]
     for model in (lean, stock):
         cached = CachedModel(model)
         cached.forward(CONTEXT)
@@ -82,15 +87,17 @@ def test_tree_pass_and_compaction_equal_transformers_forward(lean, stock):
     for cached in (ours, theirs):
         cached.forward(CONTEXT[:-1])
     logits = ours.forward([CONTEXT[-1], 20, 21, 22, 23, 24], logits_to_keep=6, parents=parents)
-    torch.testing.assert_close(logits, theirs.forward([CONTEXT[-1], 20, 21, 22, 23, 24], logits_to_keep=6, parents=parents), **TOLERANCE)
+    torch.testing.assert_close(
+        logits, theirs.forward([CONTEXT[-1], 20, 21, 22, 23, 24], logits_to_keep=6, parents=parents), **TOLERANCE
+    )
     for cached in (ours, theirs):
-        cached.keep(len(CONTEXT) - 1, [0, 1, 3, 5])  # the tail, then root 20 -> 22 -> 24
+        cached.compact(len(CONTEXT) - 1, [0, 1, 3, 5])  # the tail, then root 20 -> 22 -> 24
     torch.testing.assert_close(ours.forward([30]), theirs.forward([30]), **TOLERANCE)
 
 
 def test_greedy_tokens_equal_generate_plain_and_speculative(lean, stock):
     config = GenerationConfig(max_new_tokens=24)
-    expected = stock.generate(torch.tensor([CONTEXT]), max_new_tokens=24, do_sample=False)[0, len(CONTEXT):].tolist()
+    expected = stock.generate(torch.tensor([CONTEXT]), max_new_tokens=24, do_sample=False)[0, len(CONTEXT) :].tolist()
     assert generated_tokens(autoregressive(lean, CONTEXT, config, frozenset())) == expected
     events = speculative(lean, NgramDrafter(), CONTEXT, config, DraftConfig(k=3, adaptive=True), frozenset())
     assert generated_tokens(events) == expected

@@ -33,14 +33,19 @@ def test_unknown_hub_id_fails_fast_offline():
     assert time.perf_counter() - started < 15  # no 30 s of retries
 
 
-@pytest.mark.parametrize("source, message", [("!!!", "neither a hub id"), ("", "No model given"), ("/nope/x.gguf", "No GGUF file")])
+@pytest.mark.parametrize(
+    "source, message", [("!!!", "neither a hub id"), ("", "No model given"), ("/nope/x.gguf", "No GGUF file")]
+)
 def test_malformed_sources_are_refused(source, message):
     with pytest.raises(ModelLoadError, match=message):
         load_model(source)
 
 
 def test_model_that_needs_remote_code_is_refused(tmp_path):
-    config = {"model_type": "totally_custom_llm", "auto_map": {"AutoConfig": "conf.Custom", "AutoModelForCausalLM": "mod.Custom"}}
+    config = {
+        "model_type": "totally_custom_llm",
+        "auto_map": {"AutoConfig": "conf.Custom", "AutoModelForCausalLM": "mod.Custom"},
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match="trust_remote_code"):
         load_model(str(tmp_path))

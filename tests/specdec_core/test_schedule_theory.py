@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from specdec_core import expected_speedup, expected_tokens_per_step
+from specdec_core.costs import CostCurve
 from specdec_core.events import PlainStep, SpecStep
 from specdec_core.schedule import AdaptiveDraftLength
-from specdec_core.tuning import CostCurve
 
 
 def test_expected_tokens_limits():
@@ -21,8 +21,20 @@ def test_expected_tokens_limits():
 
 def spec_step(drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> SpecStep:
     tokens = tuple(range(drafted))
-    return SpecStep(tokens, tuple(range(-1, drafted - 1)), tuple(range(accepted)), (0.5,) * drafted, (0.5,) * drafted,
-                    (1.0,) * drafted, 0, 0.5, tokens[:accepted] + (0,), drafted, draft_seconds, verify_seconds)
+    return SpecStep(
+        tokens,
+        tuple(range(-1, drafted - 1)),
+        tuple(range(accepted)),
+        (0.5,) * drafted,
+        (0.5,) * drafted,
+        (1.0,) * drafted,
+        0,
+        0.5,
+        tokens[:accepted] + (0,),
+        drafted,
+        draft_seconds,
+        verify_seconds,
+    )
 
 
 def k_after_accepting_everything(schedule: AdaptiveDraftLength, draft_pass_seconds: float, context: int = 100) -> int:
@@ -78,7 +90,7 @@ def test_one_unlucky_first_draft_does_not_turn_drafting_off():
     assert 0.3 < schedule.acceptance_rate < 0.9
 
 
-def test_the_first_drafts_time_is_not_taken_as_a_draft_pass_cost():
+def test_the_first_drafts_time_is_not_taken_as_a_draft_pass_c():
     """The first draft of a feature drafter also reads the whole prompt: a second of it says nothing of a pass."""
     schedule = AdaptiveDraftLength(start=3, longest=8, curve=CostCurve(tuple(0.05 for _ in range(17))))
     schedule.update(PlainStep(1, 0.5, 0.05, (1,)))  # prefill
@@ -120,9 +132,9 @@ def test_a_self_gating_drafters_k_never_reaches_zero_and_ignores_steps_without_d
     assert schedule.next() == 1
 
 
-def simulated_speedup(acceptance: float, curve: CostCurve, draft_cost: float, tokens: int = 96, seed: int = 0) -> float:
+def simulated_speedup(acceptance: float, curve: CostCurve, c: float, tokens: int = 96, seed: int = 0) -> float:
     """Speedup over plain decoding of the adaptive schedule on text whose drafts the target accepts at random
-    at `acceptance` per token, where a pass over n tokens costs curve.ratio(n) and a draft pass draft_cost,
+    at `acceptance` per token, where a pass over n tokens costs curve.ratio(n) and a draft pass c,
     both in one-token target passes. The schedule sees only the steps' outcomes and times, as in a run."""
     rng, single = random.Random(seed), curve.seconds[0]
     schedule = AdaptiveDraftLength(start=3, longest=16, curve=curve)
@@ -135,7 +147,7 @@ def simulated_speedup(acceptance: float, curve: CostCurve, draft_cost: float, to
             made, seconds = made + 1, seconds + single
             continue
         accepted = next((i for i in range(k) if rng.random() >= acceptance), k)
-        verify, draft = single * curve.ratio(k + 1), single * draft_cost * k
+        verify, draft = single * curve.ratio(k + 1), single * c * k
         schedule.update(spec_step(k, accepted, draft, verify))
         made, seconds = made + accepted + 1, seconds + verify + draft
     return made * single / seconds
@@ -147,5 +159,5 @@ def test_adaptive_k_costs_little_where_nothing_is_accepted_on_a_cpu_whose_wide_p
     and probes rarely enough to stay within 3% of plain decoding, and pays once drafts are accepted."""
     ratios = (1.0, 1.19, 1.22, 1.39, 1.39, 1.43, 1.53, 1.56, 1.63, 1.63, 1.74, 1.74, 1.83, 1.83, 1.97, 1.97, 2.08)
     curve = CostCurve(tuple(0.071 * r for r in ratios))
-    assert simulated_speedup(0.0, curve, draft_cost=0.066) >= 0.97  # no draft accepted: the same run for every seed
-    assert sum(simulated_speedup(0.6, curve, draft_cost=0.066, seed=seed) for seed in range(20)) / 20 > 1.2
+    assert simulated_speedup(0.0, curve, c=0.066) >= 0.97  # no draft accepted: the same run for every seed
+    assert sum(simulated_speedup(0.6, curve, c=0.066, seed=seed) for seed in range(20)) / 20 > 1.2

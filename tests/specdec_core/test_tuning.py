@@ -11,16 +11,17 @@ import pytest
 import torch
 
 from specdec_core import tuning
+from specdec_core.costs import CostCurve, non_decreasing
 from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, speed_up_linears, supports
 from specdec_core.machine import ISA_FLAGS, this_machine
-from specdec_core.tuning import Choice, CostCurve, _non_decreasing, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
+from specdec_core.tuning import Choice, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
 from tests.conftest import tiny_llama
 
 
-def test_non_decreasing_fit_pools_dips_and_keeps_rising_values():
-    assert _non_decreasing([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
-    assert _non_decreasing([3.0, 1.0]) == [2.0, 2.0]
-    fitted = _non_decreasing([1.0, 1.3, 1.4, 1.2, 1.3, 1.1, 1.6])
+def testnon_decreasing_fit_pools_dips_and_keeps_rising_values():
+    assert non_decreasing([1.0, 2.0, 3.0]) == [1.0, 2.0, 3.0]
+    assert non_decreasing([3.0, 1.0]) == [2.0, 2.0]
+    fitted = non_decreasing([1.0, 1.3, 1.4, 1.2, 1.3, 1.1, 1.6])
     assert fitted == sorted(fitted) and sum(fitted) == pytest.approx(8.9)  # least squares keeps the mean
 
 
@@ -32,7 +33,10 @@ def test_cost_curve_ratios_start_at_one_and_go_on_along_the_upper_half_s_mean_st
     # A flat top, as the non-decreasing fit pools a noisy one, still rises past the widest: along T(3) to T(6).
     pooled = CostCurve((0.05, 0.06, 0.08, 0.10, 0.10, 0.10))
     assert pooled.ratio(8) == pytest.approx((0.10 + 2 * 0.02 / 3) / 0.05)
-    assert curve.describe() == f"T(5)/T(1) = 2.20, T(9)/T(1) = 3.40, T({tuning.LONGEST_VERIFICATION})/T(1) = {curve.ratio(17):.2f}"
+    assert (
+        curve.describe()
+        == f"T(5)/T(1) = 2.20, T(9)/T(1) = 3.40, T({tuning.LONGEST_VERIFICATION})/T(1) = {curve.ratio(17):.2f}"
+    )
 
 
 def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_one_and_beyond():
@@ -41,9 +45,13 @@ def test_cost_curve_at_a_context_runs_linearly_from_the_short_curve_to_the_long_
     assert curve.at(tuning.CONTEXT_TOKENS) == curve.at(10) == CostCurve(short)  # no shorter curve was measured
     assert curve.at(tuning.LONG_CONTEXT_TOKENS).seconds == pytest.approx(long)
     middle = (tuning.CONTEXT_TOKENS + tuning.LONG_CONTEXT_TOKENS) // 2
-    assert curve.at(middle).ratio(3) == pytest.approx(0.078 / 0.055, rel=1e-2)  # halfway: (0.060 + 0.096) / (0.050 + 0.060)
+    assert curve.at(middle).ratio(3) == pytest.approx(
+        0.078 / 0.055, rel=1e-2
+    )  # halfway: (0.060 + 0.096) / (0.050 + 0.060)
     far = curve.at(2 * tuning.LONG_CONTEXT_TOKENS)
-    assert far.ratio(3) > curve.at(tuning.LONG_CONTEXT_TOKENS).ratio(3) > curve.ratio(3)  # wide passes dearer with context
+    assert (
+        far.ratio(3) > curve.at(tuning.LONG_CONTEXT_TOKENS).ratio(3) > curve.ratio(3)
+    )  # wide passes dearer with context
     assert far.ratios == sorted(far.ratios)
     assert CostCurve(short).at(5000) == CostCurve(short)  # nothing measured behind a long context: the short curve
 
@@ -60,6 +68,7 @@ def test_step_costs_count_verification_at_the_context_and_c_in_that_context_s_pa
 
 def timings(packed: list[float], stock: list[float], mkl_packed: list[float] | None = None) -> dict[str, float]:
     """Each kernel's seconds by width, from 1; a row shorter than KERNEL_WIDTHS goes on flat from its last width."""
+
     def widths(row: list[float]) -> list[float]:
         return row + row[-1:] * (tuning.KERNEL_WIDTHS - len(row))
 
@@ -68,7 +77,9 @@ def timings(packed: list[float], stock: list[float], mkl_packed: list[float] | N
 
 
 def test_plan_takes_the_faster_kernel_per_width():
-    assert _plan_from(timings([0.05, 0.08, 0.08, 0.08, 0.09], [0.06, 0.07, 0.07, 0.07, 0.07])) == KernelPlan(PACKED, STOCK)
+    assert _plan_from(timings([0.05, 0.08, 0.08, 0.08, 0.09], [0.06, 0.07, 0.07, 0.07, 0.07])) == KernelPlan(
+        PACKED, STOCK
+    )
     # The Intel Xeon with AMX: MKL's kernel is flat up to 3 rows, oneDNN's faster from 4
     xeon = _plan_from(timings([0.053, 0.056, 0.056, 0.060, 0.059], [0.045, 0.045, 0.048, 0.066, 0.068]))
     assert xeon == KernelPlan(STOCK, PACKED, (), (STOCK, STOCK))
@@ -80,7 +91,8 @@ def test_plan_takes_the_faster_kernel_per_width():
 
 
 def test_plan_takes_mkls_packed_gemm_where_it_is_fastest():
-    # The Intel Xeon with AMX, 2026-12-06, commit 52891e6 (ms, widths 1-9): MKL's packed GEMM wins 4-8 tokens, loses from 9
+    # The Intel Xeon with AMX, 2026-12-06, commit 52891e6 (ms, widths 1-9): MKL's packed GEMM wins 4-8 tokens,
+    # loses from 9
     packed = [56.5, 58.9, 59.3, 60.7, 61.8, 64.7, 68.0, 70.2, 69.6]
     stock = [45.3, 48.0, 50.8, 68.7, 70.6, 73.0, 81.2, 83.3, 90.7]
     mkl = [47.1, 51.8, 55.4, 53.3, 59.0, 59.2, 61.8, 61.7, 79.3]
@@ -101,7 +113,10 @@ def test_mkls_packed_gemm_is_timed_only_where_memory_holds_its_copy(monkeypatch)
 
 def test_a_choice_lists_its_timings_fastest_first_unless_a_view_shows_them_otherwise():
     choice = Choice("target linears", "stock for 1-3 tokens", {"packed x1": 0.050, "stock x1": 0.044}, "measured now")
-    assert choice.describe() == "target linears: stock for 1-3 tokens (stock x1 44.00 ms, packed x1 50.00 ms); measured now"
+    assert (
+        choice.describe()
+        == "target linears: stock for 1-3 tokens (stock x1 44.00 ms, packed x1 50.00 ms); measured now"
+    )
     assert choice.describe(timings=False) == "target linears: stock for 1-3 tokens; measured now"
 
 
@@ -133,7 +148,9 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
     [saved] = list(tmp_path.glob("target-*.json"))
     assert json.loads(saved.read_text())["machine"]["avx2_forced"] == (cpu_path == "avx2")
     again = tune_target(tiny_llama(seed=3), "tiny")
-    assert again.kernels.note == "read from the tuning cache" and again.curve == first.curve and again.plan == first.plan
+    assert (
+        again.kernels.note == "read from the tuning cache" and again.curve == first.curve and again.plan == first.plan
+    )
     assert first.curve.long_seconds is None  # its window cannot hold the long context
 
 
@@ -143,7 +160,9 @@ def test_target_tuning_measures_behind_a_long_context_where_the_window_holds_one
     curve = tune_target(model, "tiny, long window").curve
     assert len(curve.long_seconds) == tuning.LONGEST_VERIFICATION
     again = tune_target(tiny_llama(seed=3, window=2048), "tiny, long window")
-    assert again.kernels.note == "read from the tuning cache" and again.curve == curve  # the long curve survives the file
+    assert (
+        again.kernels.note == "read from the tuning cache" and again.curve == curve
+    )  # the long curve survives the file
 
 
 def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_path, monkeypatch):
@@ -157,7 +176,9 @@ def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_p
     chosen, choice = choose_fastest("part", {"id": 1}, {n: builder(n) for n in seconds}, seconds.__getitem__)
     assert chosen == "fast" and choice.seconds == seconds and choice.note == "measured now"
     built.clear()
-    chosen, choice = choose_fastest("part", {"id": 1}, {n: builder(n) for n in seconds}, lambda _: pytest.fail("timed again"))
+    chosen, choice = choose_fastest(
+        "part", {"id": 1}, {n: builder(n) for n in seconds}, lambda _: pytest.fail("timed again")
+    )
     assert chosen == "fast" and built == ["fast"] and choice.note == "read from the tuning cache"
 
 

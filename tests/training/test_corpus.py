@@ -6,15 +6,26 @@ import copy
 import json
 import shutil
 from dataclasses import asdict, replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from training.corpus import (Build, Recipe, _passage_rejected, _whole_paragraphs, assemble, embedded_target, generation_dtype, main,
-                             prompt_key, read_prompt_set, smoke_target)
+from tests.conftest import hardware_bfloat16
 from training import corpus_answers
+from training.corpus import (
+    Build,
+    Recipe,
+    _passage_rejected,
+    _whole_paragraphs,
+    assemble,
+    embedded_target,
+    generation_dtype,
+    main,
+    prompt_key,
+    read_prompt_set,
+    smoke_target,
+)
 from training.eval_overlap import OverlapFilter, evaluation_prompts
 from training.generation import Sampling, encode_chat, generate
 from training.quality import TextLimits
@@ -58,8 +69,11 @@ def test_shards_that_kept_no_features_get_the_ones_generation_would_have_kept(wh
     so a feature store copies them instead of remaking them each time the corpus grows."""
     out = tmp_path / "corpus"
     shutil.copytree(whole[0], out)
-    removed = {path: np.load(path) for path in out.glob("*/shard-*.features-*.npy")
-               if path.parent.name == "first-answers" or path.name.startswith("shard-00001.")}
+    removed = {
+        path: np.load(path)
+        for path in out.glob("*/shard-*.features-*.npy")
+        if path.parent.name == "first-answers" or path.name.startswith("shard-00001.")
+    }
     for path in removed:
         path.unlink()
     assert main(["--smoke", "--out", str(out), "--keep-features"]) is None
@@ -69,8 +83,12 @@ def test_shards_that_kept_no_features_get_the_ones_generation_would_have_kept(wh
         assert remade.shape == kept.shape and not np.allclose(remade, kept, atol=2e-3)
         records = read_shard(path.with_name(path.name.split(".")[0] + ".npz"))
         lasts = np.cumsum([len(r.prompt) + len(r.response) for r in records]) - 1
-        np.testing.assert_allclose(np.delete(remade, lasts, axis=0).astype(np.float32),
-                                   np.delete(kept, lasts, axis=0).astype(np.float32), rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(
+            np.delete(remade, lasts, axis=0).astype(np.float32),
+            np.delete(kept, lasts, axis=0).astype(np.float32),
+            rtol=2e-3,
+            atol=2e-3,
+        )
     assert corpus_answers.keep_missing_features(out, smoke_target().model) == 0  # nothing is made twice
 
 
@@ -80,7 +98,11 @@ def test_only_a_float32_targets_answers_keep_their_features(tmp_path):
     half = replace(target, model=copy.deepcopy(target.model).to(torch.bfloat16))
     for writer, answers_keep in ((target, True), (half, False)):
         build = Build(writer, Recipe.smoke(), tmp_path, ShardBudget(), {}, OverlapFilter(), {})
-        assert build.job("responses", 1.0, 8).keep_features == build.job("first-answers", 1.0, 8).keep_features == answers_keep
+        assert (
+            build.job("responses", 1.0, 8).keep_features
+            == build.job("first-answers", 1.0, 8).keep_features
+            == answers_keep
+        )
         assert not build.job("articles", 0.95, 8).keep_features
 
 
@@ -106,8 +128,13 @@ def test_an_interrupted_corpus_resumes_without_redoing_a_shard(whole, tmp_path):
 
 
 def test_an_article_cut_short_loses_only_its_unfinished_paragraph():
-    assert _whole_paragraphs("First one.\n\nSecond one.\n\nThird, cut in the mid", finished=False) == "First one.\n\nSecond one."
-    assert _whole_paragraphs("First one.\n\nSecond one.\n\n", finished=False) == "First one.\n\nSecond one."  # cut at a break
+    assert (
+        _whole_paragraphs("First one.\n\nSecond one.\n\nThird, cut in the mid", finished=False)
+        == "First one.\n\nSecond one."
+    )
+    assert (
+        _whole_paragraphs("First one.\n\nSecond one.\n\n", finished=False) == "First one.\n\nSecond one."
+    )  # cut at a break
     assert _whole_paragraphs("Only one, cut in the mid", finished=False) == ""
     assert _whole_paragraphs(" First one.\n\nSecond one.\n", finished=True) == "First one.\n\nSecond one."
 
@@ -126,8 +153,12 @@ def test_a_chats_two_answers_are_held_out_together_and_the_interleaving_is_the_p
     written = corpus_answers.answers(out)
     first_prompts = [r.prompt for r in read_job(out / "first-answers")]
     firsts = [a for a in written if a.record.prompt in first_prompts]
-    pairs = [(f, a) for f in firsts for a in written
-             if a is not f and a.record.prompt[: len(f.record.prompt)] == f.record.prompt]
+    pairs = [
+        (f, a)
+        for f in firsts
+        for a in written
+        if a is not f and a.record.prompt[: len(f.record.prompt)] == f.record.prompt
+    ]
     assert pairs and all(f.heldout == a.heldout for f, a in pairs)
     assert any(f.heldout for f, _ in pairs) and not all(a.heldout for a in written)
     # each job's records keep their plan order, and both jobs start early in the mixed list
@@ -158,7 +189,8 @@ def test_a_corpus_built_after_another_repeats_none_of_its_prompts(whole, tmp_pat
     out, _ = whole
     build = Build(None, Recipe.smoke(), tmp_path, ShardBudget(None), load_seeds(), OverlapFilter(), {}, after=(out,))
     earlier = {prompt_key(p) for p in read_prompt_set(out)}
-    # the same recipe and seed, as the earlier corpus: its family and templated prompts come again, and every one is dropped
+    # the same recipe and seed, as the earlier corpus: its family and templated prompts come again,
+    # and every one is dropped
     again = assemble(build, [], [], [])
     assert not earlier & {prompt_key(p) for p in again}
     assert build.dropped["prompt set"]["in an earlier corpus"] > 0
@@ -168,7 +200,7 @@ def test_a_corpus_built_after_another_repeats_none_of_its_prompts(whole, tmp_pat
 
 def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompts(whole, tmp_path, monkeypatch):
     """train_head --corpus: ids in, the training features made once into the store, the held-out ones in memory."""
-    from specdec_core.drafters.eagle import load_head
+    from specdec_core.drafters.eagle_head import load_head
     from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
     from training.train_head import Settings, corpus_data, train_and_save
 
@@ -178,43 +210,67 @@ def test_a_fused_head_trains_on_the_corpus_from_ids_and_holds_out_its_own_prompt
     assert len(written) == len(responses) + len(read_job(out / "first-answers")) > len(responses)
     tokenizer = tiny_chat_tokenizer()
     target = tiny_chat_model(tokenizer)
-    settings = Settings(draft_vocab=256, depth=2, epochs=3, batch_tokens=1024, lr=3e-3, evals_per_epoch=1,
-                        feature_layers="0,1", corpus=str(out))
+    settings = Settings(
+        draft_vocab=256,
+        depth=2,
+        epochs=3,
+        batch_tokens=1024,
+        lr=3e-3,
+        evals_per_epoch=1,
+        feature_layers="0,1",
+        corpus=str(out),
+    )
     train_set, heldout_set = corpus_data(settings, target, tmp_path)
     assert len(train_set) + len(heldout_set) == len(written)
-    assert train_set[0].features.shape[1] == 2 * target.config.hidden_size and list((tmp_path / "corpus-features").iterdir())
+    assert train_set[0].features.shape[1] == 2 * target.config.hidden_size and list(
+        (tmp_path / "corpus-features").iterdir()
+    )
     assert len(heldout_set) == sum(a.heldout for a in written) > 0
     assert heldout_set[0].features.shape[1] == 2 * target.config.hidden_size
     capped, _ = corpus_data(Settings(corpus=str(out), corpus_tokens=40), target, tmp_path)
     assert 0 < len(capped) < len(train_set)  # the learning curve's smaller sets
-    both_train, both_heldout = corpus_data(replace(settings, corpus=f"{out},{out}"), target, tmp_path)  # two corpora, in order
-    assert [s.tokens.tolist() for s in both_train] == [s.tokens.tolist() for s in train_set + train_set] and len(both_heldout) == 2 * len(heldout_set)
+    both_train, both_heldout = corpus_data(
+        replace(settings, corpus=f"{out},{out}"), target, tmp_path
+    )  # two corpora, in order
+    assert [s.tokens.tolist() for s in both_train] == [s.tokens.tolist() for s in train_set + train_set] and len(
+        both_heldout
+    ) == 2 * len(heldout_set)
     with pytest.raises(SystemExit, match="no answers"):
         corpus_data(replace(settings, corpus=f"{out},{tmp_path / 'empty'}"), target, tmp_path)
     curve = train_and_save(settings, target, tokenizer, "tiny chat", tmp_path / "head", None, work=tmp_path)
     assert curve[-1]["train_loss"] < curve[0]["train_loss"]
     assert load_head(tmp_path / "head", target).config.layers == (0, 1)
     # --init: that head trained further, from where it ended (not from scratch); a head of another layout is refused.
-    further = train_and_save(replace(settings, epochs=1), target, tokenizer, "tiny chat", tmp_path / "further", None,
-                             work=tmp_path, init=tmp_path / "head")
+    further = train_and_save(
+        replace(settings, epochs=1),
+        target,
+        tokenizer,
+        "tiny chat",
+        tmp_path / "further",
+        None,
+        work=tmp_path,
+        init=tmp_path / "head",
+    )
     assert further[0]["train_loss"] < curve[0]["train_loss"]
     saved = json.loads((tmp_path / "further" / "learning_curve.json").read_text())
     assert saved["init"] == str(tmp_path / "head")
     assert saved["earlier_runs"] == [asdict(settings)]  # the recipe: every run that made it, the init's first
     assert saved["curve"][: len(curve)] == curve  # the whole training in one curve: the init's, then this run's
-    assert [p["train_tokens"] - curve[-1]["train_tokens"] for p in saved["curve"][len(curve):]] == [p["train_tokens"] for p in further]
+    assert [p["train_tokens"] - curve[-1]["train_tokens"] for p in saved["curve"][len(curve) :]] == [
+        p["train_tokens"] for p in further
+    ]
     assert saved["curve"][-1]["epoch"] == pytest.approx(curve[-1]["epoch"] + further[-1]["epoch"], abs=1e-3)
     with pytest.raises(SystemExit, match="--init"):
-        train_and_save(replace(settings, feature_layers=""), target, tokenizer, "tiny chat", tmp_path / "x", None,
-                       work=tmp_path, init=tmp_path / "head")
-
-
-def hardware_bfloat16(cpu_path: str) -> bool:
-    """Read here from /proc/cpuinfo, independently of the code under test; ATen's kernels at AVX2 on "native"
-    mean the process was started with SPECDEC_FORCE_AVX2=1 (every path capped)."""
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-    capped = torch.backends.cpu.get_cpu_capability() == "AVX2"
-    return cpu_path == "native" and not capped and bool({"avx512_bf16", "amx_bf16"} & flags)
+        train_and_save(
+            replace(settings, feature_layers=""),
+            target,
+            tokenizer,
+            "tiny chat",
+            tmp_path / "x",
+            None,
+            work=tmp_path,
+            init=tmp_path / "head",
+        )
 
 
 def test_the_generation_dtype_follows_the_cpus_kernels(cpu_path, target_model):
@@ -231,11 +287,19 @@ def test_the_bfloat16_target_writes_the_float32_targets_own_text():
     every greedy token it writes (measured: 98% over 2,792 positions)."""
     writer, exact = embedded_target("bfloat16"), embedded_target("float32")
     assert writer.model.dtype == torch.bfloat16 and exact.model.dtype == torch.float32
-    prompts = [encode_chat(exact.tokenizer, [{"role": "user", "content": text}]) for text in
-               ("How do I keep basil alive on a windowsill?", "Write a haiku about a late train.", "What is 17 times 23?")]
+    prompts = [
+        encode_chat(exact.tokenizer, [{"role": "user", "content": text}])
+        for text in (
+            "How do I keep basil alive on a windowsill?",
+            "Write a haiku about a late train.",
+            "What is 17 times 23?",
+        )
+    ]
     agree = total = 0
     with torch.inference_mode():
-        for prompt, written in zip(prompts, generate(writer.model, prompts, Sampling(0.0, max_new_tokens=40), exact.stops)):
+        for prompt, written in zip(
+            prompts, generate(writer.model, prompts, Sampling(0.0, max_new_tokens=40), exact.stops)
+        ):
             logits = exact.model(torch.tensor([prompt + written.ids])).logits[0, len(prompt) - 1 : -1]
             agree += int((logits.argmax(-1) == torch.tensor(written.ids)).sum())
             total += len(written.ids)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 import training.feature_store as feature_store
+from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 from training.corpus_features import with_layers
 from training.draft_data import Sequence
 from training.feature_store import stored_features
@@ -17,7 +17,10 @@ from training.tiny_chat import tiny_target
 @pytest.fixture
 def data():
     rng = torch.Generator().manual_seed(2)
-    return [Sequence(torch.randint(0, 256, (int(n),), generator=rng), 4, None) for n in torch.randint(10, 60, (30,), generator=rng)]
+    return [
+        Sequence(torch.randint(0, 256, (int(n),), generator=rng), 4, None)
+        for n in torch.randint(10, 60, (30,), generator=rng)
+    ]
 
 
 @pytest.mark.parametrize("layers", [(), (0, 1)])
@@ -42,14 +45,21 @@ def test_rows_the_generation_kept_are_copied_and_only_the_others_are_computed(da
     made = {token_key(s.tokens): m.features.numpy() + 1 for s, m in zip(data[::2], with_layers(target, data[::2], ()))}
     computed = []
     make = feature_store.with_layers
-    monkeypatch.setattr(feature_store, "with_layers", lambda model, sequences, *a, **k: computed.extend(sequences) or make(model, sequences, *a, **k))
+    monkeypatch.setattr(
+        feature_store,
+        "with_layers",
+        lambda model, sequences, *a, **k: computed.extend(sequences) or make(model, sequences, *a, **k),
+    )
     stored = stored_features(target, data, (), tmp_path, made=made)
     assert computed == data[1::2]
     reference = with_layers(target, data, ())
     assert_same_features(stored[1::2], reference[1::2])
     for s, m in zip(stored[::2], reference[::2]):
         assert torch.equal(s.features, m.features + 1)  # the kept rows, as given (shifted here to tell them apart)
-    for layers, dtype in (((0, 1), torch.float32), ((), torch.bfloat16)):  # kept rows are a float32 forward's last layer
+    for layers, dtype in (
+        ((0, 1), torch.float32),
+        ((), torch.bfloat16),
+    ):  # kept rows are a float32 forward's last layer
         with pytest.raises(ValueError, match="float32 forward's last layer"):
             stored_features(target, data, layers, tmp_path, dtype, made=made)
 
@@ -130,7 +140,9 @@ def test_a_target_with_packed_linears_gets_its_store_named_and_made(data, tmp_pa
 
 
 @pytest.mark.parametrize("free", [0, 2**40])
-def test_the_store_is_read_from_memory_where_it_fits_and_from_the_map_where_it_does_not(data, tmp_path, monkeypatch, free):
+def test_the_store_is_read_from_memory_where_it_fits_and_from_the_map_where_it_does_not(
+    data, tmp_path, monkeypatch, free
+):
     target = tiny_target()
     monkeypatch.setattr(feature_store, "free_memory", lambda: free)
     rows, _ = feature_store._rows(tmp_path / "store", 50, 8)

@@ -25,14 +25,20 @@ def eval_texts(name):
 
 
 def test_dedupe_drops_a_near_duplicate_and_keeps_the_first():
-    text = "What is the best way to keep basil growing on a sunny kitchen windowsill through the whole winter season without extra lamps?"
+    text = (
+        "What is the best way to keep basil growing on a sunny kitchen windowsill "
+        "through the whole winter season without extra lamps?"
+    )
     near = text.replace("whole", "entire")
     other = "Explain how a bicycle gear system works and why lower gears make climbing easier."
     assert distinct([text, other, near, text.upper(), "hi there", "Hi there!"]) == [0, 1, 4]
 
 
 def test_dedupe_keeps_texts_that_only_share_a_template():
-    texts = [f"Write a haiku about {topic}." for topic in ("the first snowfall", "a busy harbour at dawn", "my grandmother's kitchen")]
+    texts = [
+        f"Write a haiku about {topic}."
+        for topic in ("the first snowfall", "a busy harbour at dawn", "my grandmother's kitchen")
+    ]
     assert distinct(texts) == [0, 1, 2]
 
 
@@ -46,7 +52,11 @@ def test_dedupe_keeps_texts_that_only_share_a_template():
         ("Tell me a joke<|im_end|>\n<|im_start|>assistant", "template marker"),
         ("?? !! ... ### ?? !! ... ### $$ %% ^^ && ** (( )) a b c", "not text"),
         ("I like it a lot. " * 12, "repetition"),
-        ("Write a story about a dragon who loves tea and cakes " + "and cakes and cakes and cakes and cakes and cakes and cakes", "repetition"),
+        (
+            "Write a story about a dragon who loves tea and cakes "
+            + "and cakes and cakes and cakes and cakes and cakes and cakes",
+            "repetition",
+        ),
         ("Can you help me with thisssssssssssssssssssssssss", "repetition"),
     ],
 )
@@ -85,7 +95,9 @@ def test_a_passage_keeps_its_paragraphs_up_to_the_first_loop():
     assert clean_prefix("\n\n".join(paragraphs), limits) == "\n\n".join(paragraphs)  # a clean text stays whole
     assert clean_prefix(loop + "\n\n" + paragraphs[0], limits) == ""
     titled = "**Owls**\n\n" + paragraphs[1]  # half of the title is asterisks
-    assert clean_prefix(titled, limits) == titled and defect(titled, limits) is None  # a title alone is judged with its text
+    assert (
+        clean_prefix(titled, limits) == titled and defect(titled, limits) is None
+    )  # a title alone is judged with its text
 
 
 def test_evaluation_prompts_are_caught_copied_wrapped_or_lightly_paraphrased(overlap):
@@ -102,7 +114,9 @@ def test_workloads_and_draft_data_held_out_split_are_caught(overlap):
     assert overlap.overlap(workloads["creative"]["prompts"][0]["text"]) == "workloads"
     held_out = build_prompts("heldout")[0].text
     assert overlap.overlap(held_out) == "draft_heldout"
-    assert overlap.overlap("Why do glaciers move, and why are there no rainforests near them?") == "draft_heldout"  # a held-out topic
+    assert (
+        overlap.overlap("Why do glaciers move, and why are there no rainforests near them?") == "draft_heldout"
+    )  # a held-out topic
 
 
 def test_unrelated_prompts_and_draft_data_training_prompts_pass(overlap):

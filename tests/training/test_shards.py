@@ -10,14 +10,26 @@ import torch
 from scipy.stats import chisquare
 from transformers import TopPLogitsWarper
 
+from tests.conftest import layer_outputs, tiny_llama
 from training.corpus_answers import made_features
 from training.corpus_features import ids_only, with_layers
 from training.generation import NUCLEUS_CANDIDATES, NucleusWarper, Sampling, encode_chat, generate, sample
-from training.shards import (Job, Record, Request, ShardBudget, Stopped, features_path, plan, read_features, read_job, read_shard, run,
-                             token_key, write_shard)
-from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer
-from training.tiny_chat import tiny_target
-from tests.conftest import layer_outputs, tiny_llama
+from training.shards import (
+    Job,
+    Record,
+    Request,
+    ShardBudget,
+    Stopped,
+    features_path,
+    plan,
+    read_features,
+    read_job,
+    read_shard,
+    run,
+    token_key,
+    write_shard,
+)
+from training.tiny_chat import tiny_chat_model, tiny_chat_tokenizer, tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +39,10 @@ def chat():
 
 
 def test_a_shard_keeps_ids_families_and_temperatures_in_two_bytes_a_token(tmp_path):
-    records = [Record(3, [1, 2, 3], [4, 5, 0], True, "magpie/chat", 0.7), Record(1, [9], [60_000], False, "passage/summarization", 0.0)]
+    records = [
+        Record(3, [1, 2, 3], [4, 5, 0], True, "magpie/chat", 0.7),
+        Record(1, [9], [60_000], False, "passage/summarization", 0.0),
+    ]
     write_shard(tmp_path / "shard-00000.npz", records)
     assert read_shard(tmp_path / "shard-00000.npz") == records
     assert not list(tmp_path.glob("*.tmp"))  # written under another name, then renamed
@@ -36,7 +51,9 @@ def test_a_shard_keeps_ids_families_and_temperatures_in_two_bytes_a_token(tmp_pa
 
 
 def test_the_plan_batches_one_temperature_and_similar_lengths_and_shortens_long_batches():
-    requests = [Request(tuple(range(n)), "f", t) for n, t in [(5, 0.0), (900, 0.0), (6, 1.0), (7, 0.0), (950, 0.0), (8, 1.0)]]
+    requests = [
+        Request(tuple(range(n)), "f", t) for n, t in [(5, 0.0), (900, 0.0), (6, 1.0), (7, 0.0), (950, 0.0), (8, 1.0)]
+    ]
     batches = plan(requests, batch_size=4, max_new_tokens=64, seed=0)
     assert sorted(i for b in batches for i in b) == list(range(6))
     assert all(len({requests[i].temperature for i in b}) == 1 for b in batches)
@@ -67,18 +84,25 @@ def test_the_user_turn_header_comes_from_the_chat_template(chat):
     _, tokenizer = chat
     system = [{"role": "system", "content": "You are a helpful assistant."}]
     rendered = tokenizer.apply_chat_template(system, tokenize=False) + "<|im_start|>user\n"
-    assert encode_chat(tokenizer, system, open_role="user") == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert (
+        encode_chat(tokenizer, system, open_role="user") == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    )
 
 
 def test_a_quorum_stops_the_batch_once_most_rows_have_ended(chat):
     model, tokenizer = chat
-    prompts = [encode_chat(tokenizer, [{"role": "user", "content": f"Tell me about {w}."}]) for w in ("owls", "tea", "rain", "chess")]
+    prompts = [
+        encode_chat(tokenizer, [{"role": "user", "content": f"Tell me about {w}."}])
+        for w in ("owls", "tea", "rain", "chess")
+    ]
     torch.manual_seed(0)
     whole = generate(model, prompts, Sampling(1.0, max_new_tokens=40), [tokenizer.eos_token_id])
     torch.manual_seed(0)
     cut = generate(model, prompts, Sampling(1.0, max_new_tokens=40, quorum=0.5), [tokenizer.eos_token_id])
     assert sum(c.finished for c in cut) >= 2
-    assert max(len(c.ids) for c in cut) == sorted(len(c.ids) for c in whole)[1] < max(len(c.ids) for c in whole)  # stopped at the second row's end
+    assert (
+        max(len(c.ids) for c in cut) == sorted(len(c.ids) for c in whole)[1] < max(len(c.ids) for c in whole)
+    )  # stopped at the second row's end
 
 
 def test_greedy_rows_are_transformers_generates_tokens_though_ended_rows_leave_the_batch():
@@ -91,7 +115,14 @@ def test_greedy_rows_are_transformers_generates_tokens_though_ended_rows_leave_t
     mask = (padded != -1).long()
     for row, p in enumerate(prompts):
         mask[row, : width - len(p)] = 0
-    out = model.generate(input_ids=padded, attention_mask=mask, max_new_tokens=60, do_sample=False, eos_token_id=stops, pad_token_id=stops[0])
+    out = model.generate(
+        input_ids=padded,
+        attention_mask=mask,
+        max_new_tokens=60,
+        do_sample=False,
+        eos_token_id=stops,
+        pad_token_id=stops[0],
+    )
     for row, continuation in zip(out[:, width:].tolist(), ours):
         end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
         assert continuation.ids == row[:end] and continuation.finished == (end < len(row) or row[-1] in stops)
@@ -120,7 +151,10 @@ def test_the_decoder_keeps_the_features_a_teacher_forced_pass_makes(temperature)
 
 def test_an_answer_job_keeps_its_features_beside_each_shard_and_finds_them_by_tokens(chat, tmp_path):
     model, tokenizer = chat
-    prompts = [tuple(encode_chat(tokenizer, [{"role": "user", "content": f"Tell me about {w}."}])) for w in ("owls", "tea", "rain")]
+    prompts = [
+        tuple(encode_chat(tokenizer, [{"role": "user", "content": f"Tell me about {w}."}]))
+        for w in ("owls", "tea", "rain")
+    ]
     job = Job("responses", tmp_path / "responses", top_p=1.0, max_new_tokens=12, batch_size=2, keep_features=True)
     records = run(model, [Request(p, "f", 1.0) for p in prompts], job, [tokenizer.eos_token_id], ShardBudget())
     shards = sorted((tmp_path / "responses").glob("shard-*.npz"))
@@ -164,7 +198,9 @@ def test_the_nucleus_cut_keeps_the_tokens_transformers_top_p_keeps():
     (the flat rows); peaked and flat rows alike, at the corpus's 0.95 and a tighter 0.5."""
     generator = torch.Generator().manual_seed(0)
     vocabulary = 49_152
-    peaked = torch.randn(48, vocabulary, generator=generator) * torch.linspace(5, 12, 48)[:, None]  # nuclei of 1-200 tokens
+    peaked = (
+        torch.randn(48, vocabulary, generator=generator) * torch.linspace(5, 12, 48)[:, None]
+    )  # nuclei of 1-200 tokens
     flat = torch.randn(4, vocabulary, generator=generator) * 0.1  # a nucleus of thousands of tokens
     scores = torch.cat([peaked, flat])
     for top_p in (0.95, 0.5):
@@ -183,8 +219,10 @@ def test_a_looping_row_stops_where_its_loop_repeats_and_comes_back_unfinished():
     window = 16
     for full, short in zip(whole, cut):
         assert not short.finished and short.ids == full.ids[: len(short.ids)] and len(short.ids) < len(full.ids)
+
         def repeats(ids):
             return sum(ids[i : i + window] == ids[-window:] for i in range(len(ids) - window + 1))
+
         assert repeats(short.ids) == 3 and repeats(short.ids[:-1]) < 3  # stopped at the third sighting, not later
 
 
@@ -205,7 +243,10 @@ def test_features_are_recomputed_from_the_ids():
     out = with_layers(target, ids_only(records), (), batch_tokens=12)
     assert [s.tokens.tolist() for s in out] == [r.prompt + r.response for r in records]
     assert [s.prompt_length for s in out] == [2, 3, 4]
-    assert all(s.features.shape == (len(s.tokens), target.config.hidden_size) and s.features.dtype == torch.float16 for s in out)
+    assert all(
+        s.features.shape == (len(s.tokens), target.config.hidden_size) and s.features.dtype == torch.float16
+        for s in out
+    )
 
 
 def test_fused_features_are_the_layers_outputs_side_by_side_in_the_given_order():
@@ -215,10 +256,14 @@ def test_fused_features_are_the_layers_outputs_side_by_side_in_the_given_order()
     records = [Record(i, [7, 1, 2, 3, 4][: 5 - 2 * i], [5, 6, 255], True, "f", 0.0) for i in range(3)]  # longest first
     plain = with_layers(target, ids_only(records), ())
     fused = with_layers(target, plain, (0, 1), batch_tokens=12)
-    assert [s.tokens.tolist() for s in fused] == [r.prompt + r.response for r in records]  # the order given, not by length
+    assert [s.tokens.tolist() for s in fused] == [
+        r.prompt + r.response for r in records
+    ]  # the order given, not by length
     for s in fused:
         own = layer_outputs(target, s.tokens.tolist())
-        torch.testing.assert_close(s.features.float(), torch.cat([own[0], own[1]], dim=-1), rtol=2e-3, atol=2e-3)  # float16
+        torch.testing.assert_close(
+            s.features.float(), torch.cat([own[0], own[1]], dim=-1), rtol=2e-3, atol=2e-3
+        )  # float16
         torch.testing.assert_close(s.targets.float(), own[2], rtol=2e-3, atol=2e-3)
         twin = [p for p in plain if p.tokens.tolist() == s.tokens.tolist()][0]
         assert torch.equal(s.targets, twin.features) and twin.last_layer is None

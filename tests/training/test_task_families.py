@@ -25,7 +25,10 @@ def test_template_prompts_cover_every_family_with_every_field_filled():
 
 def test_passage_tasks_hold_their_passage_and_alternate_questions_and_extraction():
     seeds = load_seeds()
-    articles = [(r.topic, f"An article about {r.topic}, long enough to summarise.") for r in article_requests(seeds, 4, random.Random(0))]
+    articles = [
+        (r.topic, f"An article about {r.topic}, long enough to summarise.")
+        for r in article_requests(seeds, 4, random.Random(0))
+    ]
     prompts = passage_prompts(articles, seeds, random.Random(0))
     assert [p.family for p in prompts] == ["summarization", "passage_qa", "summarization", "extraction"] * 2
     assert all(articles[i // 2][1] in p.text and not FIELD.search(p.text) for i, p in enumerate(prompts))

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from specdec_core import SamplingConfig
-from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, load_head, save_head
+from specdec_core.drafters.eagle import EagleDrafter
+from specdec_core.drafters.eagle_head import EagleHead, HeadConfig, load_head, save_head
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
-from tests.conftest import tiny_llama
-from tests.training.test_corpus import hardware_bfloat16
+from tests.conftest import hardware_bfloat16, tiny_llama
 from training.corpus_features import with_layers
 from training.draft_data import Sequence, build_prompts
 from training.tiny_chat import tiny_target
@@ -68,9 +68,14 @@ def test_a_head_deepened_from_its_init_drafts_as_it_did_and_then_trains_its_new_
     tokens = torch.stack([s.tokens for s in batch])
     features = torch.stack([s.features for s in with_layers(target, batch, ())]).float()
     with torch.no_grad():
-        before, after = unrolled_pass(head, tokens, features, depth=3), unrolled_pass(deeper.eval(), tokens, features, depth=3)
+        before, after = (
+            unrolled_pass(head, tokens, features, depth=3),
+            unrolled_pass(deeper.eval(), tokens, features, depth=3),
+        )
     assert all(torch.equal(a, b) for a, b in zip(before, after))
-    loss_terms(deeper.train(), with_layers(target, batch, ()), Settings(draft_vocab=48, draft_layers=2, depth=3)).backward()
+    loss_terms(
+        deeper.train(), with_layers(target, batch, ()), Settings(draft_vocab=48, draft_layers=2, depth=3)
+    ).backward()
     assert deeper.upper_layers[0].self_attn.o_proj.weight.grad.abs().sum() > 0
     save_head(deeper, tmp_path / "deep")
     with pytest.raises(SystemExit, match="2 decoder layers"):
@@ -174,10 +179,14 @@ def test_depth_decay_weighs_the_unrolled_depths():
         per_depth = [by_depth[0], by_depth[1] - by_depth[0], by_depth[2] - by_depth[1]]
         assert len(set(per_depth)) == 3  # the depths differ, so the weights matter
         for decay in (1.0, 0.8, 1e-9):
-            weights = [decay ** s for s in range(3)]
+            weights = [decay**s for s in range(3)]
             expected = sum(w * loss for w, loss in zip(weights, per_depth)) / sum(weights)
-            assert float(loss_terms(head, data, replace(settings, depth_decay=decay))) == pytest.approx(expected, rel=1e-4)
-        assert float(loss_terms(head, data, replace(settings, depth_decay=1e-9))) == pytest.approx(per_depth[0], rel=1e-4)
+            assert float(loss_terms(head, data, replace(settings, depth_decay=decay))) == pytest.approx(
+                expected, rel=1e-4
+            )
+        assert float(loss_terms(head, data, replace(settings, depth_decay=1e-9))) == pytest.approx(
+            per_depth[0], rel=1e-4
+        )
 
 
 def test_a_run_stopped_between_evaluations_resumes_to_the_same_head(tmp_path, monkeypatch):

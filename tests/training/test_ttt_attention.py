@@ -1,10 +1,11 @@
-"""The unrolled pass's structured attention equals SDPA under the dense training-time-test mask, values and gradients."""
+"""The unrolled pass's structured attention equals SDPA under the dense training-time-test mask, values and
+gradients."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec_core.drafters.eagle import EagleHead, HeadConfig
+from specdec_core.drafters.eagle_head import EagleHead, HeadConfig
 from tests.conftest import tiny_llama
 from training import ttt_attention
 from training.train_head import unrolled_pass

@@ -8,30 +8,28 @@ import torch
 
 import specdec_core.engine as engine
 import specdec_core.kv_cache as kv_cache
-from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
+from specdec_core import (
+    DraftConfig,
+    GenerationConfig,
+    SamplingConfig,
+    SpecStep,
+    autoregressive,
+    generated_tokens,
+    speculative,
+)
 from specdec_core.acceptance import Verdict
 from specdec_core.cpu_kernels import PACKED
-from specdec_core.drafters.eagle import EagleDrafter, EagleHead, HeadConfig, TreeShape, additive_mask, load_head, save_head
+from specdec_core.drafters.eagle import EagleDrafter, TreeShape
+from specdec_core.drafters.eagle_head import load_head, save_head
+from specdec_core.drafters.head_variants import HEAD_VARIANTS, fast_head, head_variant, head_variants
 from specdec_core.errors import ModelLoadError
 from specdec_core.kv_cache import CachedModel
-from specdec_core.drafters.head_variants import HEAD_VARIANTS, fast_head, head_variant, head_variants
 from specdec_core.sampling import Sampler
+from specdec_core.tree import additive_mask, causal_mask
 from specdec_core.tuning import draft_pass
 from tests.conftest import tiny_llama
-from tests.specdec_core.test_engine import PROMPT, assert_matches, exact_marginals
-
-VOCAB = 32
-
-
-def random_head(target, draft_ids: list[int], seed: int = 0, sharpness: float = 4.0, layers: tuple[int, ...] = (),
-                draft_layers: int = 1) -> EagleHead:
-    """layers: () reads the last layer (EAGLE-1); several fuse their outputs (EAGLE-3). draft_layers: the head's own."""
-    torch.manual_seed(seed)
-    config = HeadConfig.for_target(target, "tiny", len(draft_ids), layers, draft_layers)
-    head = EagleHead(target, config, torch.tensor(draft_ids))
-    with torch.no_grad():  # a random head with opinions: q far from uniform, so rejections happen
-        head.fc.weight.mul_(sharpness)
-    return head.eval()
+from tests.specdec_core.conftest import PROMPT, assert_matches, exact_marginals
+from tests.specdec_core.drafters.conftest import SAMPLING, SMALL_VOCAB, VOCAB, random_head
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +78,24 @@ def test_stacked_projections_compute_what_the_layers_do(request, name):
     assert stacked.projections_stacked and not head.projections_stacked
     torch.manual_seed(0)
     features, tokens = torch.randn(1, 6, head.config.hidden_size), torch.randint(VOCAB, (1, 6))
-    tree_mask = additive_mask(torch.tensor([[True] * 6 + [True, False, False], [True] * 6 + [False, True, False],
-                                            [True] * 5 + [False, True, False, True]]), torch.float32)
+    tree_mask = additive_mask(
+        torch.tensor(
+            [
+                [True] * 6 + [True, False, False],
+                [True] * 6 + [False, True, False],
+                [True] * 5 + [False, True, False, True],
+            ]
+        ),
+        torch.float32,
+    )
     caches = [head.new_cache(), stacked.new_cache()]
     with torch.inference_mode():
         for part in ((slice(0, 6), torch.arange(6)[None], None), (slice(3, 6), torch.tensor([[6, 6, 7]]), tree_mask)):
             rows, positions, mask = part
-            expected, got = (h(features[:, rows], tokens[:, rows], positions, cache, mask) for h, cache in zip((head, stacked), caches))
+            expected, got = (
+                h(features[:, rows], tokens[:, rows], positions, cache, mask)
+                for h, cache in zip((head, stacked), caches)
+            )
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     for index in range(head.config.draft_layers):
         torch.testing.assert_close(caches[1].layers[index].keys, caches[0].layers[index].keys, rtol=1e-5, atol=1e-5)
@@ -105,7 +114,9 @@ def test_greedy_head_drafts_equal_plain_and_generate(target, any_head, k, adapti
     head = any_head
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
-    reference = target.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
+    reference = target.generate(
+        torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0
+    )
     assert plain == reference[0, len(PROMPT) :].tolist()
     events = list(speculative(target, EagleDrafter(head), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
     assert generated_tokens(events) == plain
@@ -131,7 +142,9 @@ def test_every_head_variant_stays_lossless(request, target, name, tmp_path, cpu_
     save_head(head, tmp_path / "head")
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
-    assert len(head_variants()) == len(HEAD_VARIANTS) - (cpu_path == "avx2" or not torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert len(head_variants()) == len(HEAD_VARIANTS) - (
+        cpu_path == "avx2" or not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    )
     for variant in head_variants():
         fast = head_variant(tmp_path / "head", target, variant)
         dtype, kernel = HEAD_VARIANTS[variant]
@@ -166,7 +179,9 @@ def test_head_drafts_are_both_accepted_and_rejected(target):
     summary = None
     accepted = drafted = 0
     for prompt in ([1, 2, 3, 4], PROMPT, [7, 7, 7, 7, 7]):
-        events = list(speculative(target, EagleDrafter(head), prompt, GenerationConfig(max_new_tokens=60), DraftConfig(k=3)))
+        events = list(
+            speculative(target, EagleDrafter(head), prompt, GenerationConfig(max_new_tokens=60), DraftConfig(k=3))
+        )
         summary = events[-1].summary
         accepted += summary.accepted
         drafted += summary.drafted
@@ -185,7 +200,9 @@ def test_q_is_a_distribution_over_target_ids_and_zero_outside_the_draft_vocabula
     assert all(head.t2d[t] for t in draft.tokens)
 
 
-@pytest.mark.parametrize("sampling", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=6, top_p=0.8)], ids=["greedy", "warped"])
+@pytest.mark.parametrize(
+    "sampling", [SamplingConfig(), SamplingConfig(temperature=0.7, top_k=6, top_p=0.8)], ids=["greedy", "warped"]
+)
 def test_a_tree_ranks_by_the_draft_distribution_over_its_own_vocabulary(head, sampling):
     """A tree ranks children by q over the draft vocabulary alone (_tree_q): the same probabilities, warpers and
     all, as the full q over the target's ids, which is zero elsewhere."""
@@ -210,7 +227,6 @@ def test_id_map_round_trips(head, target, tmp_path):
     feats = torch.randn(1, 5, target.config.hidden_size)
     tokens = torch.tensor([[1, 2, 3, 4, 5]])
     pos = torch.arange(5)[None]
-    from specdec_core.drafters.eagle import additive_mask, causal_mask
 
     a = head(feats, tokens, pos, head.new_cache(), additive_mask(causal_mask(5, 0), torch.float32))
     b = loaded(feats, tokens, pos, loaded.new_cache(), additive_mask(causal_mask(5, 0), torch.float32))
@@ -241,16 +257,15 @@ def test_rollback_after_partial_acceptance_matches_a_fresh_drafter(target, any_h
 
 # ---- sampling with a reduced draft vocabulary --------------------------------------------------
 
-SMALL_VOCAB = 8
-SAMPLING = SamplingConfig(temperature=1.3, top_p=0.95, top_k=6)
-
 
 @pytest.fixture(scope="module")
 def small_target():
     return tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
 
 
-@pytest.fixture(scope="module", params=[((), 1), ((0, 1), 1), ((), 2)], ids=["last layer", "fused layers", "two layers"])
+@pytest.fixture(
+    scope="module", params=[((), 1), ((0, 1), 1), ((), 2)], ids=["last layer", "fused layers", "two layers"]
+)
 def small_head(small_target, request):
     # q is zero for tokens 5, 6 and 7, which the target can still emit (through the residual).
     layers, draft_layers = request.param
@@ -260,7 +275,9 @@ def small_head(small_target, request):
 def head_sample_counts(target, head, runs: int) -> tuple[list[int], list[int]]:
     firsts, seconds = [0] * SMALL_VOCAB, [0] * SMALL_VOCAB
     for seed in range(runs):
-        sampling = SamplingConfig(temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k, seed=seed)
+        sampling = SamplingConfig(
+            temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k, seed=seed
+        )
         config = GenerationConfig(max_new_tokens=3, sampling=sampling)
         tokens = generated_tokens(speculative(target, EagleDrafter(head), [1, 2, 3], config, DraftConfig(k=2)))
         firsts[tokens[0]] += 1
@@ -336,7 +353,9 @@ def test_a_head_file_for_another_feature_layout_is_refused(target, fused_head, t
     save_head(fused_head, tmp_path / "h")
     config = json.loads((tmp_path / "h" / "config.json").read_text())
     assert config["feature_layers"] == [0, 1]
-    (tmp_path / "h" / "config.json").write_text(json.dumps({**config, "architecture": "eagle1-llama-decoder-layer", "feature_layers": []}))
+    (tmp_path / "h" / "config.json").write_text(
+        json.dumps({**config, "architecture": "eagle1-llama-decoder-layer", "feature_layers": []})
+    )
     with pytest.raises(ModelLoadError, match="does not match its feature layout"):
         load_head(tmp_path / "h", target)
     (tmp_path / "h" / "config.json").write_text(json.dumps({**config, "feature_layers": [1, 0]}))
@@ -348,8 +367,12 @@ def test_a_head_file_for_another_feature_layout_is_refused(target, fused_head, t
 
 def test_a_head_file_whose_config_and_weights_disagree_on_its_depth_is_refused(target, head, deep_head, tmp_path):
     """A one-layer file whose config asks for two, a two-layer file whose config says one, and depths no head has."""
-    for saved, claimed, message in ((head, 2, "does not fit its own config"), (deep_head, 1, "does not fit its own config"),
-                                    (head, 0, "decoder layers"), (head, 99, "decoder layers")):
+    for saved, claimed, message in (
+        (head, 2, "does not fit its own config"),
+        (deep_head, 1, "does not fit its own config"),
+        (head, 0, "decoder layers"),
+        (head, 99, "decoder layers"),
+    ):
         save_head(saved, tmp_path / "h")
         config = json.loads((tmp_path / "h" / "config.json").read_text())
         (tmp_path / "h" / "config.json").write_text(json.dumps({**config, "draft_layers": claimed}))

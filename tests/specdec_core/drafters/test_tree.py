@@ -5,20 +5,28 @@ import torch
 from transformers import DynamicCache
 
 import specdec_core.engine as engine
-from specdec_core import DraftConfig, GenerationConfig, SamplingConfig, SpecStep, autoregressive, generated_tokens, speculative
-from specdec_core.config import MAX_DRAFT_TOKENS
+from specdec_core import (
+    DraftConfig,
+    GenerationConfig,
+    SamplingConfig,
+    SpecStep,
+    autoregressive,
+    generated_tokens,
+    speculative,
+)
 from specdec_core.acceptance import Verdict, verify
-from specdec_core.events import PlainStep
+from specdec_core.config import MAX_DRAFT_TOKENS
+from specdec_core.costs import CostCurve
 from specdec_core.drafters.base import Draft
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.hybrid import HybridDrafter
-from specdec_core.drafters.tree import Beside, attention_mask, chain, choose_size, depths, positions
+from specdec_core.events import PlainStep
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
-from specdec_core.tuning import CostCurve
+from specdec_core.tree import SideBranch, attention_mask, chain, choose_size, depths, positions
 from tests.conftest import tiny_llama
-from tests.specdec_core.drafters.test_eagle import SAMPLING, SMALL_VOCAB, VOCAB, random_head
-from tests.specdec_core.test_engine import PROMPT, assert_matches
+from tests.specdec_core.conftest import PROMPT, assert_matches
+from tests.specdec_core.drafters.conftest import SAMPLING, SMALL_VOCAB, VOCAB, random_head
 
 #        root
 #       /    \
@@ -55,19 +63,27 @@ def table(*rows):
 
 def test_greedy_walks_down_the_sibling_the_target_prefers():
     # target argmax: root -> 1, then at node 1 -> 3 (node 4 has token 3), then at node 4 -> 0 (bonus)
-    target = table([0, .9, .1, 0], [.9, 0, 0, .1], [.1, .2, 0, .7], [0, 0, 0, 0], [0, 0, 0, 0], [.8, .2, 0, 0])
+    target = table([0, 0.9, 0.1, 0], [0.9, 0, 0, 0.1], [0.1, 0.2, 0, 0.7], [0, 0, 0, 0], [0, 0, 0, 0], [0.8, 0.2, 0, 0])
     tokens = torch.tensor([2, 1, 0, 1, 3])  # node 0 = 2, node 1 = 1, its child node 4 = 3
     verdict = verify(tokens, None, target, GREEDY, TREE)
     assert verdict.path == (1, 4) and verdict.next_token == 0  # the second sibling, then a bonus after the leaf
-    assert verdict.accept_probs == (0.0, 1.0, 1.0, 0.0, 1.0)  # per node, at its parent: node 2 agrees but is off the path
+    assert verdict.accept_probs == (
+        0.0,
+        1.0,
+        1.0,
+        0.0,
+        1.0,
+    )  # per node, at its parent: node 2 agrees but is off the path
 
 
 def test_sampling_tries_the_next_sibling_on_the_residual():
     # root: p = (0, .5, .5); the first sibling guesses 0 (p = 0: always refused), the second guesses 1.
-    target = table([0, .5, .5], [1, 0, 0], [1, 0, 0])
+    target = table([0, 0.5, 0.5], [1, 0, 0], [1, 0, 0])
     accepted_second = 0
     for seed in range(400):
-        verdict = verify(torch.tensor([0, 1]), None, target, Sampler(SamplingConfig(temperature=1.0, seed=seed)), (-1, -1))
+        verdict = verify(
+            torch.tensor([0, 1]), None, target, Sampler(SamplingConfig(temperature=1.0, seed=seed)), (-1, -1)
+        )
         assert verdict.path in ((), (1,))
         assert verdict.next_token in (2, 0)  # the residual after both: token 2; after node 1 (a leaf): the bonus
         accepted_second += verdict.path == (1,)
@@ -82,7 +98,9 @@ def test_choose_size_keeps_nodes_while_they_pay_for_a_wider_pass():
     assert choose_size(scores, steep.step_costs(100, 0.1), 1, 16) < 5
     assert choose_size(scores, None, 1, 3) == 3
     # Drafting already paid for makes a wider pass relatively cheaper: never fewer nodes with more passes spent.
-    assert choose_size(scores, steep.step_costs(100, 0.1), 6, 16) >= choose_size(scores, steep.step_costs(100, 0.1), 1, 16)
+    assert choose_size(scores, steep.step_costs(100, 0.1), 6, 16) >= choose_size(
+        scores, steep.step_costs(100, 0.1), 1, 16
+    )
 
 
 def test_a_tree_is_sized_with_the_nodes_verified_beside_it():
@@ -91,11 +109,11 @@ def test_a_tree_is_sized_with_the_nodes_verified_beside_it():
     scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15]
     stepped = CostCurve((0.05,) * 8 + (0.15,) * 9).step_costs(100, 0.0)
     assert choose_size(scores, stepped, 3, 16) == 7
-    assert choose_size(scores, stepped, 3, 16, Beside(nodes=3, expected_tokens=0.5)) == 4
+    assert choose_size(scores, stepped, 3, 16, SideBranch(nodes=3, expected_tokens=0.5)) == 4
     # What the nodes beside it give counts toward the step: the surer the guess, the more the step already yields per
     # unit of cost, and the fewer of the head's nodes pay for their share of a wider pass.
     steep = CostCurve(tuple(0.05 * (1 + 0.3 * n) for n in range(17))).step_costs(100, 0.1)
-    sizes = [choose_size(scores, steep, 3, 16, Beside(3, expected)) for expected in (0.0, 1.0, 2.5)]
+    sizes = [choose_size(scores, steep, 3, 16, SideBranch(3, expected)) for expected in (0.0, 1.0, 2.5)]
     assert sizes == sorted(sizes, reverse=True) and sizes[-1] < sizes[0]
 
 
@@ -114,7 +132,7 @@ def test_cache_after_a_tree_step_equals_a_fresh_cache_over_the_kept_tokens(targe
     model.forward(context[:3])
     model.forward(context[3:] + nodes, logits_to_keep=len(nodes) + 1, parents=TREE)
     path = [1, 4]  # nodes 1 and 4: tokens 6, 11
-    model.keep(3, [0, 1] + [2 + node for node in path])
+    model.compact(3, [0, 1] + [2 + node for node in path])
     fresh = DynamicCache(config=target.config)
     with torch.no_grad():
         target(input_ids=torch.tensor([context + [6, 11]]), cache=fresh, use_cache=True)
@@ -132,14 +150,20 @@ def head(target):
     return random_head(target, list(range(VOCAB)), seed=3, sharpness=4.0)
 
 
-@pytest.mark.parametrize("shape", [TreeShape(width=2, longest=4), TreeShape(width=3, longest=8), TreeShape(width=4, longest=16)])
+@pytest.mark.parametrize(
+    "shape", [TreeShape(width=2, max_nodes=4), TreeShape(width=3, max_nodes=8), TreeShape(width=4, max_nodes=16)]
+)
 @pytest.mark.parametrize("k,adaptive", [(2, False), (4, False), (3, True)])
 def test_greedy_tree_drafting_equals_plain_decoding_and_generate(target, head, shape, k, adaptive):
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
-    reference = target.generate(torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
+    reference = target.generate(
+        torch.tensor([PROMPT]), max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0
+    )
     assert plain == reference[0, len(PROMPT) :].tolist()
-    events = list(speculative(target, EagleDrafter(head, tree=shape), PROMPT, config, DraftConfig(k=k, adaptive=adaptive)))
+    events = list(
+        speculative(target, EagleDrafter(head, tree=shape), PROMPT, config, DraftConfig(k=k, adaptive=adaptive))
+    )
     assert generated_tokens(events) == plain
     trees = [e for e in events if isinstance(e, SpecStep) and not e.is_chain]
     assert trees and max(e.drafted_count for e in trees) <= shape.longest
@@ -149,8 +173,11 @@ def test_greedy_tree_drafting_equals_plain_decoding_and_generate(target, head, s
 def test_a_tree_sized_by_a_steep_cost_curve_is_smaller(target, head):
     config = GenerationConfig(max_new_tokens=24)
     sizes = {}
-    for name, curve in {"flat": CostCurve((0.01,) * 17), "steep": CostCurve(tuple(0.01 * (1 + n) for n in range(17)))}.items():
-        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), curve=curve, pass_cost=0.05)
+    for name, curve in {
+        "flat": CostCurve((0.01,) * 17),
+        "steep": CostCurve(tuple(0.01 * (1 + n) for n in range(17))),
+    }.items():
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, max_nodes=16), curve=curve, c=0.05)
         steps = [e for e in speculative(target, drafter, PROMPT, config, DraftConfig(k=3)) if isinstance(e, SpecStep)]
         sizes[name] = sum(s.drafted_count for s in steps) / len(steps)
     assert sizes["steep"] < sizes["flat"]
@@ -162,10 +189,17 @@ def test_a_tree_behind_a_long_context_is_sized_by_the_curve_measured_there(targe
     curve = CostCurve(flat, tuple(0.01 * (1 + 10 * n) for n in range(17)))
     long_prompt = [(7 * i) % VOCAB for i in range(200)]  # past the short curve's 160 tokens, inside the window of 256
     sizes = {}
-    for name, prompt, costs in (("short", PROMPT, curve), ("long", long_prompt, curve), ("long, flat", long_prompt, CostCurve(flat))):
-        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=16), curve=costs, pass_cost=0.05)
-        steps = [e for e in speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=24), DraftConfig(k=3))
-                 if isinstance(e, SpecStep)]
+    for name, prompt, costs in (
+        ("short", PROMPT, curve),
+        ("long", long_prompt, curve),
+        ("long, flat", long_prompt, CostCurve(flat)),
+    ):
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, max_nodes=16), curve=costs, c=0.05)
+        steps = [
+            e
+            for e in speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=24), DraftConfig(k=3))
+            if isinstance(e, SpecStep)
+        ]
         sizes[name] = sum(s.drafted_count for s in steps) / len(steps)
     assert sizes["long"] < sizes["long, flat"] and sizes["long"] < sizes["short"]
 
@@ -187,7 +221,7 @@ def deep_head(target):
 def test_greedy_tree_of_a_fused_or_deeper_head_equals_plain_decoding(target, heads, k, request):
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, PROMPT, config))
-    drafter = EagleDrafter(request.getfixturevalue(heads), tree=TreeShape(width=3, longest=8))
+    drafter = EagleDrafter(request.getfixturevalue(heads), tree=TreeShape(width=3, max_nodes=8))
     events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=k)))
     assert generated_tokens(events) == plain
     assert any(isinstance(e, SpecStep) and not e.is_chain for e in events)
@@ -200,7 +234,7 @@ def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, heads, a
     prompt = PROMPT * 3  # repetitive: the lookup has something to offer
     config = GenerationConfig(max_new_tokens=40)
     plain = generated_tokens(autoregressive(target, prompt, config))
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)))
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)))
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=4, adaptive=adaptive)))
     assert generated_tokens(events) == plain
     steps = [e for e in events if isinstance(e, SpecStep) and e.drafted_count]
@@ -214,7 +248,7 @@ def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target,
     plain = generated_tokens(autoregressive(target, prompt, config))
     assert len(set(plain[-30:])) <= 2, "the target must repeat itself here for this test to mean anything"
     flat = CostCurve((0.01,) * 17)  # a wide pass costs what a narrow one does: long guesses pay when they are right
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=flat)
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=flat)
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=2)))
     assert generated_tokens(events) == plain
     steps = [e for e in events if isinstance(e, SpecStep)]
@@ -227,9 +261,11 @@ def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target,
 def test_hybrid_sizes_the_heads_tree_beside_its_lookup_guess(target, head):
     """Each head tree is sized with the step's lookup guess in its pass, and what the guess is expected to give."""
     prompt = PROMPT * 3  # repetitive: the lookup has something to offer
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17))
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=CostCurve((0.01,) * 17))
     asked, propose = [], drafter.head.propose
-    drafter.head.propose = lambda context, k, sampler, beside: asked.append((beside, len(drafter._guess))) or propose(context, k, sampler, beside)
+    drafter.head.propose = lambda context, k, sampler, beside: (
+        asked.append((beside, len(drafter._guess))) or propose(context, k, sampler, beside)
+    )
     config = GenerationConfig(max_new_tokens=40)
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=3)))
     assert generated_tokens(events) == generated_tokens(autoregressive(target, prompt, config))
@@ -242,7 +278,7 @@ def test_hybrid_sizes_a_guess_by_what_guesses_after_matches_as_long_kept(head):
     """A guess continuing the last 3 tokens is sized by what such guesses kept in this run, not by what guesses
     after 1-token matches kept; a match length with no guess judged yet gets k."""
     curve = CostCurve(tuple(0.01 * (1 + 0.04 * n) for n in range(17)))  # each token in the pass costs 4% more
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=curve)
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=curve)
     drafter._judged[3], drafter._agreed[3] = 10.0, 9.5
     drafter._judged[1], drafter._agreed[1] = 10.0, 2.0
     assert drafter._length(2, curve, 3) > drafter._length(2, curve, 1) == 2
@@ -256,10 +292,12 @@ def test_hybrid_takes_a_k_past_its_longest_lookup(target, head):
     config = GenerationConfig(max_new_tokens=48)
     k = HybridDrafter.LONGEST_LOOKUP + 4
     assert k <= MAX_DRAFT_TOKENS
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17))
+    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=CostCurve((0.01,) * 17))
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=k)))
     assert generated_tokens(events) == generated_tokens(autoregressive(target, prompt, config))
-    assert any(e.drafted_count > 2 and not e.draft_passes for e in events if isinstance(e, SpecStep))  # the lookup's guesses ran
+    assert any(
+        e.drafted_count > 2 and not e.draft_passes for e in events if isinstance(e, SpecStep)
+    )  # the lookup's guesses ran
 
 
 def test_hybrid_rests_a_head_whose_passes_cost_more_than_they_give(target, head):
@@ -268,7 +306,7 @@ def test_hybrid_rests_a_head_whose_passes_cost_more_than_they_give(target, head)
     flat = CostCurve((0.01,) * 17)
     ran = {}
     for c in (0.0, 2.0):  # free head passes, or each as dear as two target passes
-        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=flat, head_pass_cost=c)
+        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=flat, c=c)
         events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=2)))
         ran[c] = "".join("h" if e.draft_passes else "." for e in events if isinstance(e, SpecStep))
     assert ran[0.0].count("h") > ran[2.0].count("h")
@@ -281,7 +319,7 @@ def test_a_draft_deeper_than_the_budget_is_cut_to_it(target, head):
     prompt = [3, 8, 1] + PROMPT
     cut = False
     for budget in (21, 24, 27, 30):
-        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17))
+        drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=CostCurve((0.01,) * 17))
         events = list(speculative(target, drafter, prompt, GenerationConfig(max_new_tokens=budget), DraftConfig(k=1)))
         assert len(generated_tokens(events)) == budget
         generated = 1  # the prefill step's token
@@ -296,11 +334,11 @@ def test_a_draft_deeper_than_the_budget_is_cut_to_it(target, head):
 def test_within_keeps_the_shallow_nodes_with_their_rows():
     probs = torch.eye(5)
     draft = Draft((10, 11, 12, 13, 14), TREE, probs, torch.arange(5.0), passes=2, seconds=0.0)
-    assert draft.within(2) is draft
-    cut = draft.within(1)
+    assert draft.truncated(2) is draft
+    cut = draft.truncated(1)
     assert cut.tokens == (10, 11) and cut.parents == (-1, -1)
     assert cut.probs.tolist() == probs[:2].tolist() and cut.confidence.tolist() == [0.0, 1.0]
-    assert draft.within(0).tokens == ()
+    assert draft.truncated(0).tokens == ()
 
 
 # ---- sampling: siblings, a reduced draft vocabulary, the bonus token ----------------------------------
@@ -337,9 +375,15 @@ def exact_marginals(target, prompt: list[int], sampling: SamplingConfig, length:
 def tree_sample_counts(target, head, runs: int) -> list[list[int]]:
     counts = [[0] * SMALL_VOCAB for _ in range(3)]
     for seed in range(runs):
-        sampling = SamplingConfig(temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k, seed=seed)
-        drafter = EagleDrafter(head, tree=TreeShape(width=3, longest=6))
-        tokens = generated_tokens(speculative(target, drafter, [1, 2, 3], GenerationConfig(max_new_tokens=4, sampling=sampling), DraftConfig(k=2)))
+        sampling = SamplingConfig(
+            temperature=SAMPLING.temperature, top_p=SAMPLING.top_p, top_k=SAMPLING.top_k, seed=seed
+        )
+        drafter = EagleDrafter(head, tree=TreeShape(width=3, max_nodes=6))
+        tokens = generated_tokens(
+            speculative(
+                target, drafter, [1, 2, 3], GenerationConfig(max_new_tokens=4, sampling=sampling), DraftConfig(k=2)
+            )
+        )
         for i in range(3):
             counts[i][tokens[i + 1]] += 1  # tokens 2-4: the tree step (token 1 comes from the prefill)
     return counts
@@ -379,7 +423,9 @@ def test_an_adaptive_k_never_stops_the_hybrid_consulting_its_lookup(target, head
     # drafting off (plain steps). With a curve and head passes as dear as two target passes, the hybrid
     # rests its head itself (its ledger) and keeps drafting with the lookup.
     config = GenerationConfig(max_new_tokens=60, sampling=SamplingConfig(temperature=1.0, seed=4))
-    drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, longest=8)), curve=CostCurve((0.01,) * 17), head_pass_cost=2.0)
+    drafter = HybridDrafter(
+        EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=CostCurve((0.01,) * 17), c=2.0
+    )
     events = list(speculative(target, drafter, PROMPT, config, DraftConfig(k=3, adaptive=True)))
     steps = [e for e in events if isinstance(e, (SpecStep, PlainStep))][1:]  # after the prefill step
     assert all(isinstance(e, SpecStep) for e in steps[:-1])  # the last may be plain: one token of budget left

@@ -1,8 +1,9 @@
-"""An experiment, not a serving path: the embedded target's pass as an AOTInductor package, compiled once
-per machine and loaded by any later process, the route bench/compiled.py points to.
+"""An experiment, not a serving path (status in bench/experiments/README.md): the embedded target's pass as an
+AOTInductor package, compiled once per machine and loaded by any later process, which is what torch.compile
+(compiled.py) lacks.
 
-    python -m bench.aoti compile [--static]   # export and compile (minutes, both cores); --static: 1 token a pass
-    python -m bench.aoti run [--static]       # in a fresh process: load time, ms/token, T(n)/T(1), greedy identity
+    python3 -m bench.experiments.aoti compile [--static]  # export and compile (minutes, both cores); --static: 1 token
+    python3 -m bench.experiments.aoti run [--static]      # in a fresh process: load time, ms/token, T(n)/T(1), identity
 
 The pass takes the KV cache as two tensors it writes in place (index_copy_ at explicit slots), a boolean
 [1, 1, n, L] mask and explicit positions, so rollback, KV compaction and tree masks would stay tensor
@@ -11,19 +12,11 @@ EAGLE head reads). transformers' own export wrapper (integrations/executorch.py)
 buffers and takes no mask, hence this one. Compiled under torch.no_grad with freezing and max-autotune
 (the C++ GEMM template competes with oneDNN's packed linear per shape).
 
-Measured 2026-12-04 on the 2-core AMD EPYC with AVX-512 BF16, nothing else running (a background job
-at nice 19 still slows 2-thread passes by 10-25% through OpenMP barriers; pause it before timing):
-- dynamic n (1..17) and L: export 9 s, compile 216 s, 627 MB package, load 2.7 s in a new process;
-  52.7 ms/token, T(2, 5, 9, 17)/T(1) = 0.94, 1.02, 2.11, 2.52; greedy tokens identical to generate.
-- static n = 1, dynamic L: compile 131 s, load 2.4 s; 43.3 ms/token; identical tokens.
-- our lean pass in the same conditions: ~47.6 ms/token (README); torch.compile of transformers'
-  StaticCache forward (bench/compiled.py): ~30 ms, but no cache across processes.
-So the package loads fast and keeps the tokens, but this wrapper is not yet faster than the lean pass:
-the gap to torch.compile's 30 ms is still to be found. First suspect: the cache length L is dynamic here
-(attention over keys[:, :, :L]), where bench/compiled.py (gpt-fast's way) attends over the whole static
-cache with a mask, so every shape is static; then the in-place cache writes and, for dynamic n, the GEMM
-template tuned at the example width. (torch.compile of this module with dynamic=False recompiles at every
-new L: do not time it that way.)
+Time it with nothing else running: a background job at nice 19 still slows 2-thread passes by 10-25% through
+OpenMP barriers. Where the gap to compiled.py's pass is likely to be: the cache length L is dynamic here
+(attention over keys[:, :, :L]), where compiled.py (gpt-fast's way) attends over the whole static cache with a
+mask, so every shape is static; then the in-place cache writes and, for dynamic n, the GEMM template tuned at the
+example width. torch.compile of this module with dynamic=False recompiles at every new L: do not time it that way.
 """
 
 from __future__ import annotations
@@ -72,7 +65,8 @@ class ExplicitCachePass(nn.Module):
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
             keys[i].index_copy_(2, slots, k)
             values[i].index_copy_(2, slots, v)
-            o = F.scaled_dot_product_attention(q, keys[i][:, :, :length], values[i][:, :, :length], attn_mask=mask, enable_gqa=True)
+            o = F.scaled_dot_product_attention(q, keys[i][:, :, :length], values[i][:, :, :length], attn_mask=mask,
+                                               enable_gqa=True)
             x = x + attention.o_proj(o.transpose(1, 2).reshape(1, n, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
             if i in FEATURE_LAYERS:
@@ -97,8 +91,12 @@ def compile_package(model: PreTrainedModel, path: str, static: bool) -> dict:
     module = ExplicitCachePass(model).eval()
     keys, values = empty_cache(model)
     example = pass_inputs([5] if static else [5, 6, 7, 8], 10, keys, values)  # n = 1 would be fixed as a constant
-    n, length = Dim("n", min=1, max=WIDEST), Dim("L", min=2, max=LONGEST_CACHE - 1)  # L = the whole cache is a special case
-    dynamic = (None, None, None, {3: length}, None, None) if static else ({1: n}, {1: n}, {0: n}, {2: n, 3: length}, None, None)
+    # L = the whole cache would be a special case: hence LONGEST_CACHE - 1
+    n, length = Dim("n", min=1, max=WIDEST), Dim("L", min=2, max=LONGEST_CACHE - 1)
+    if static:
+        dynamic = (None, None, None, {3: length}, None, None)
+    else:
+        dynamic = ({1: n}, {1: n}, {0: n}, {2: n, 3: length}, None, None)
     with torch.no_grad():  # not inference_mode: freezing folds parameters
         started = time.perf_counter()
         program = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
@@ -131,7 +129,8 @@ def run_package(model: PreTrainedModel, path: str, static: bool) -> dict:
     prompt = list(range(100, 140))
     with torch.no_grad():
         ours, seconds = greedy(run, prompt, 48, *empty_cache(model))
-        reference = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False)[0, len(prompt):].tolist()
+        generated = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False)
+        reference = generated[0, len(prompt):].tolist()
         keys, values = empty_cache(model)
         widths = {}
         for width in (1,) if static else (1, 2, 5, 9, 17):
@@ -142,7 +141,8 @@ def run_package(model: PreTrainedModel, path: str, static: bool) -> dict:
                 times.append(time.perf_counter() - started)
             widths[width] = min(times)
     return {"load_s": round(loaded, 1), "ms_per_token_median": round(1000 * sorted(seconds)[len(seconds) // 2], 1),
-            "identical_to_generate": ours == reference, "T(n)/T(1)": {w: round(t / widths[1], 2) for w, t in widths.items()}}
+            "identical_to_generate": ours == reference,
+            "T(n)/T(1)": {w: round(t / widths[1], 2) for w, t in widths.items()}}
 
 
 def main() -> None:
@@ -154,7 +154,8 @@ def main() -> None:
     folder = cache_dir() / "aoti"
     folder.mkdir(parents=True, exist_ok=True)
     path = str(folder / ("pass-1-token.pt2" if args.static else "pass-1-to-17-tokens.pt2"))
-    result = compile_package(model, path, args.static) if args.stage == "compile" else run_package(model, path, args.static)
+    stage = compile_package if args.stage == "compile" else run_package
+    result = stage(model, path, args.static)
     print(json.dumps(result))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..tuning import StepCosts
+from .costs import StepCosts
 
 
 def chain(length: int) -> tuple[int, ...]:
@@ -73,11 +73,53 @@ def positions(parents: tuple[int, ...], tail: int, cached: int) -> torch.Tensor:
     return torch.tensor([tail_positions + [last + d for d in depths(parents)]])
 
 
+def causal_mask(queries: int, cached: int) -> torch.Tensor:
+    """[queries, cached + queries] bool, True = attend: each query sees the cache and the queries up to itself.
+    Built here because torch's is_causal aligns to the top left, wrong when a cache comes first."""
+    return torch.ones(queries, cached + queries, dtype=torch.bool).tril(cached)
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask [q, kv] (True = attend) as the additive float [1, 1, q, kv] a decoder layer takes."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)[None, None]
+
+
 def reindexed(parents: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
     """The parents of the nodes listed in `order` (a subset or a reordering, each node's parent in it and
     before it) as positions in `order`: the tree those nodes make on their own."""
     index = {node: i for i, node in enumerate(order)}
     return tuple(-1 if parents[node] < 0 else index[parents[node]] for node in order)
+
+
+def parents_first(parents: Sequence[int]) -> list[int]:
+    """Node order with every parent before its children, level by level, siblings in their given order."""
+    order: list[int] = []
+    frontier = [n for n, p in enumerate(parents) if p < 0]
+    while frontier:
+        order += frontier
+        frontier = [n for parent in frontier for n, p in enumerate(parents) if p == parent]
+    return order
+
+
+def merged(
+    first: tuple[tuple[int, ...], tuple[int, ...]],
+    second: tuple[tuple[int, ...], tuple[int, ...]],
+) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
+    """Two trees (tokens, parents) from the same root as one, shared where a node has the same token under the same
+    parent: (tokens, parents, the merged index of each of the second tree's nodes); the first tree's nodes come first
+    at every level."""
+    tokens, parents = list(first[0]), list(first[1])
+    index: list[int] = []  # second tree's node -> merged node, before reordering
+    for token, parent in zip(*second, strict=True):
+        under = -1 if parent < 0 else index[parent]
+        same = next((n for n, p in enumerate(parents) if p == under and tokens[n] == token), None)
+        if same is None:
+            tokens.append(token), parents.append(under)
+            same = len(tokens) - 1
+        index.append(same)
+    order = parents_first(parents)
+    position = {node: i for i, node in enumerate(order)}
+    return tuple(tokens[n] for n in order), reindexed(parents, order), [position[n] for n in index]
 
 
 def path_to(parents: tuple[int, ...], node: int) -> list[int]:
@@ -90,33 +132,33 @@ def path_to(parents: tuple[int, ...], node: int) -> list[int]:
 
 
 @dataclass(frozen=True, slots=True)
-class Beside:
-    """Nodes verified in the same pass as a tree, outside it (the hybrid's lookup branch), and the tokens they are
-    expected to add. They widen the pass: on the Intel Xeon a pass over 9 tokens costs 1.68 one-token passes against
-    1.43 for 8, so a head tree sized as if alone, merged with a 3-token guess, crossed that step."""
+class SideBranch:
+    """Nodes verified in the same pass as a tree but outside it (the hybrid's lookup guess), and the tokens they are
+    expected to add: they widen the pass, so a tree is sized with them, not as if alone."""
 
     nodes: int = 0
     expected_tokens: float = 0.0
 
 
-def choose_size(scores: list[float], costs: StepCosts | None, draft_passes: int, longest: int,
-                beside: Beside = Beside()) -> int:
+def choose_size(
+    scores: list[float], costs: StepCosts | None, draft_passes: int, max_nodes: int, side: SideBranch = SideBranch()
+) -> int:
     """How many of the best nodes to verify (scores: each node's draft probability of being reached,
     best first; a child never outscores its parent, so any prefix of them is a connected tree).
 
     Expected tokens of a pass over n nodes: 1 + the sum of their scores (EAGLE-2's estimate of the
-    accepted length) + what the nodes beside them give; its cost: costs.step(n + 1 + beside.nodes,
+    accepted length) + what the side branch gives; its cost: costs.step(n + 1 + side.nodes,
     draft_passes), the measured curve at this context plus the drafting already spent. The n with the
-    most tokens per unit of cost wins. Nodes the tree shares with those beside it are counted twice, on
-    the side of a smaller tree. Without costs (a model loaded some other way), every node up to `longest`."""
-    count = min(len(scores), longest)
+    most tokens per unit of cost wins. Nodes the tree shares with the side branch are counted twice, on
+    the side of a smaller tree. Without costs (a model loaded some other way), every node up to `max_nodes`."""
+    count = min(len(scores), max_nodes)
     if costs is None:
         return count
-    expected = 1.0 + beside.expected_tokens
-    best, best_rate = 0, expected / costs.step(1 + beside.nodes, draft_passes)
+    expected = 1.0 + side.expected_tokens
+    best, best_rate = 0, expected / costs.step(1 + side.nodes, draft_passes)
     for n in range(1, count + 1):
         expected += scores[n - 1]
-        rate = expected / costs.step(n + 1 + beside.nodes, draft_passes)
+        rate = expected / costs.step(n + 1 + side.nodes, draft_passes)
         if rate > best_rate:
             best, best_rate = n, rate
     return max(best, 1) if count else 0

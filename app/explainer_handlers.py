@@ -1,0 +1,123 @@
+"""The Explainer tab's handlers: the theory charts, this machine's measured costs, and the step-through
+of the visitor's last race (the explainer's texts are in explainer.py)."""
+
+from __future__ import annotations
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from specdec_core import load_model
+from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
+from specdec_core.machine import this_machine
+from specdec_core.models import default_dtype
+from specdec_core.tuning import TargetTuning, c_at_load, draft_pass, tuning_of
+
+from . import charts, views
+from .presets import DRAFT_LABELS, default_target, preset_for
+
+
+def _target(last: dict | None) -> str:
+    """The last race's target, or the default before any race."""
+    return last["target"] if last else default_target()
+
+
+def _measured_curve(last: dict | None) -> CostCurve | None:
+    tuning = tuning_of(_target(last), default_dtype())
+    return tuning.curve if tuning else None
+
+
+def theory_view(a: float, c: float, k: float, last: dict | None) -> go.Figure:
+    race = last["race"] if last else None
+    return charts.theory_figure(float(a), float(c), int(k), race, _measured_curve(last))
+
+
+def tree_theory_view(a: float, a_width: float, width: float, c: float, last: dict | None) -> go.Figure:
+    return charts.chain_vs_tree_figure(float(a), float(a_width), int(width), float(c), _measured_curve(last))
+
+
+def machine_view(last: dict | None) -> tuple[str, object]:
+    """This machine's measured costs for the last race's target (or the default): kernels, the
+    verification cost curve, each drafter's c."""
+    target = _target(last)
+    tuning = tuning_of(target, default_dtype())
+    if tuning is None:
+        return (
+            f"**{this_machine().kind}.** Costs are measured when `{target}` first loads on this machine "
+            "(a few seconds, then cached): run a race, then come back."
+        ), gr.skip()
+    lines = [
+        f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
+        *_c_lines(tuning),
+        *_drafter_cost_lines(target),
+        *_tree_size_lines(last),
+    ]
+    return "\n".join(lines), charts.cost_curve_figure(tuning.curve)
+
+
+def _c_lines(tuning: TargetTuning) -> list[str]:
+    """The kernels chosen, then one target pass's time by width, at a short and (where measured) a long context."""
+    curve = tuning.curve
+    lines = [
+        f"- {tuning.kernels.describe(timings=False)}",  # the timings follow as a table by width
+        *views.kernel_table(tuning),
+        f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; "
+        f"{curve.describe()}",
+    ]
+    if curve.long_seconds is not None:  # trees, the hybrid and the adaptive k read the curve at each step's context
+        long = curve.at(LONG_CONTEXT_TOKENS)
+        lines.append(
+            f"- behind {LONG_CONTEXT_TOKENS:,} cached tokens: {1000 * long.seconds[0]:.1f} ms for 1 token; "
+            f"{long.describe()}"
+        )
+    return lines
+
+
+def _drafter_cost_lines(target: str) -> list[str]:
+    """Each of the target preset's drafters measured here: one draft pass, and c."""
+    preset = preset_for(target)
+    lines = []
+    for drafter in preset.drafts if preset else ():
+        measured = draft_pass(target, drafter)
+        if measured is not None:
+            seconds, how = measured
+            lines.append(
+                f"- {DRAFT_LABELS.get(drafter, drafter)}: {1000 * seconds:.2f} ms per draft pass ({how}), "
+                f"c = {c_at_load(target, default_dtype(), drafter):.3f}"
+            )
+    return lines
+
+
+def _tree_size_lines(last: dict | None) -> list[str]:
+    """How large the last race's draft trees were, and what sized them."""
+    steps = last["race"].spec_steps if last else []
+    trees = [step for step in steps if not step.is_chain]
+    if not trees:
+        return []
+    sizes = [step.drafted_count for step in trees]
+    return [
+        f"- draft trees of your last race: {len(trees)} steps, {min(sizes)}-{max(sizes)} nodes "
+        f"(mean {sum(sizes) / len(sizes):.1f}), sized by the curve at each step's context: the number of best "
+        "nodes (by their path's draft probability) with the most expected tokens per unit of the step's cost"
+    ]
+
+
+def measured_values(last: dict | None) -> tuple:
+    """The last race's measured a and c, to put on the sliders."""
+    race = last["race"] if last else None
+    if race is None or race.acceptance_rate is None or race.c is None:
+        return gr.skip(), gr.skip(), gr.skip()
+    return round(race.acceptance_rate, 3), round(min(race.c, 2.0), 3), race.k
+
+
+def step_view(index: float, last: dict | None) -> str:
+    race = last["race"] if last else None
+    if race is None or not race.spec_steps:
+        return "<p>Run a race first: the step-through replays the real steps of your last race.</p>"
+    steps = race.spec_steps
+    i = max(0, min(int(index) - 1, len(steps) - 1))
+    return views.step_detail_html(steps[i], i, len(steps), views.TokenText(load_model(last["target"]).tokenizer))
+
+
+def step_slider(last: dict | None) -> gr.Slider:
+    total = len(last["race"].spec_steps) if last else 0
+    return gr.Slider(minimum=1, maximum=max(total, 2), value=1, step=1, interactive=total > 1)
