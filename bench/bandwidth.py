@@ -21,10 +21,11 @@ from torch.profiler import ProfilerActivity, profile
 from specdec_core.costs import CONTEXT_TOKENS
 from specdec_core.kv_cache import CachedModel
 from specdec_core.machine import this_machine
+from specdec_core.measurements import median_seconds
 from specdec_core.models import load_model, load_stock
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
-from specdec_core.tuning import cost_curve, median_seconds
+from specdec_core.tuning import cost_curve
 
 from .measure import bench_prompts, measure, ours, theirs
 

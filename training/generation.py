@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from specdec_core.kv_cache import growing_cache
-from specdec_core.tuning import other_cores_busy
+from specdec_core.measurements import other_cores_busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,7 @@ def _looping(generated: torch.Tensor) -> torch.Tensor:
 
 
 def free_cores() -> int:
-    """CPU cores not busy with other processes (tuning.other_cores_busy), at least one: decoding
+    """CPU cores not busy with other processes (measurements.other_cores_busy), at least one: decoding
     with more threads than free cores makes every OpenMP barrier wait for a descheduled thread.
     Measured on 2 shared cores (load about 3): 1 thread 110 response tokens/s, 2 threads 22."""
     return max(1, (os.cpu_count() or 1) - round(other_cores_busy()))

@@ -1,28 +1,19 @@
 """The EAGLE draft head (Li et al. 2024, arXiv 2401.15077): the model and its file format.
 
-The head is one decoder layer of the target's own architecture (transformers' LlamaDecoderLayer
-with the target's config), or a few stacked (`draft_layers` in its config). At position j it
-reads fc([embedding of token j+1, feature f_j]) and predicts f_{j+1}, the target's last hidden state
-(before its final norm); the target's own frozen final norm and lm_head turn that prediction into
-logits. The lm_head is cut to the draft vocabulary, the N tokens the target emits most often
-(FR-Spec, arXiv 2502.14856), because its cost grows with the rows it scores: q is then zero outside
-the draft vocabulary, still a proper distribution over target ids, so the acceptance rule stays exact.
+One decoder layer of the target's own architecture (or a few: `draft_layers`). At position j it reads
+fc([embedding of token j+1, feature f_j]) and predicts f_{j+1}, the target's last hidden state before its final
+norm; the target's frozen norm and lm_head rows turn that into logits. The lm_head is cut to the draft vocabulary,
+the N tokens the target emits most often (FR-Spec, arXiv 2502.14856): q is zero elsewhere, still a distribution
+over target ids, so the acceptance rule stays exact. Features are divided by a fixed per-dimension scale (from the
+training data): a few dimensions of the residual stream are in the thousands and would swamp fc and the loss.
 
-Saved as safetensors with EAGLE-3's field names where they mean the same thing (`fc`, `midlayer.*`,
-and the draft-to-target offsets `d2t` and target mask `t2d` of its reduced vocabulary). The layer
-here takes EAGLE-1's input (one hidden-size vector), not EAGLE-3's, so these files are not
-claimed to load in EAGLE-3 code. The lm_head rows are not stored: they are the target's own.
-training/ writes these files, the app and the bench read them.
+EAGLE-3's fused features (arXiv 2503.01840), with `feature_layers`: a low, a middle and a high layer's outputs side
+by side, made one vector by `fuse` (3H -> H); its later drafts read the layer's own output there, a hidden state
+of the head's own (no regression loss then).
 
-Features are divided by a fixed per-dimension scale (measured on the training data) before the
-head sees them: the target's residual stream has a few dimensions in the thousands, which would
-swamp both fc and the regression loss.
-
-EAGLE-3's fused features (Li et al. 2025, arXiv 2503.01840), with `feature_layers` in the config: the
-head reads the outputs of a low, a middle and a high layer side by side, and `fuse` (one linear map,
-3H -> H) makes them the one vector the layer takes. Its drafts after the first read the layer's own
-output in that place, so the output is a hidden state of the head's own, not a prediction of the
-target's last layer (no regression loss then): the target's frozen norm and lm_head rows read it.
+Saved as safetensors with EAGLE-3's field names where they mean the same (`fc`, `midlayer.*`, `d2t`, `t2d`); the
+layer takes EAGLE-1's input, so the files are not claimed to load in EAGLE-3 code. The lm_head rows are not stored:
+they are the target's own. training/ writes these files; the app and the bench read them.
 """
 
 from __future__ import annotations

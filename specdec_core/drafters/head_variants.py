@@ -25,9 +25,10 @@ from ..cpu_kernels import (
     speed_up_linears,
 )
 from ..errors import ModelLoadError
+from ..measurements import cached, median_seconds
 from ..models import MODELS, load_model
 from ..sampling import Sampler
-from ..tuning import cached, choose_fastest, median_seconds, record_draft_pass
+from ..tuning import choose_fastest, record_draft_pass
 from .eagle import EagleDrafter, TreeShape
 from .eagle_head import EagleHead, load_head
 

@@ -12,11 +12,12 @@ from transformers import PreTrainedModel
 from ..costs import CONTEXT_TOKENS
 from ..errors import SpecDecError
 from ..kv_cache import CachedModel
+from ..measurements import median_seconds
 from ..models import MODELS, LoadedModel, _load, default_dtype
 from ..sampling import Sampler
 from ..sources import classify, loaded_bytes, parameter_count
 from ..tree import chain
-from ..tuning import c_at_load, cost_curve, median_seconds, record_draft_pass
+from ..tuning import c_at_load, cost_curve, record_draft_pass
 from .base import Draft, Drafter
 
 EARLY_EXIT_LAYERS = 8  # of SmolLM2-135M's 30: a draft that is cheap and often wrong, on purpose

@@ -113,3 +113,9 @@ for name in {names!r}:
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_no_engine_file_holds_more_than_one_concepts_worth():
+    """350 lines at most: past that a file mixes concerns (split by concept, as costs/tree/tuning/measurements)."""
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 350}
+    assert long == {}

@@ -1,10 +1,6 @@
 """Costs measured on the running machine: the kernel choice, the verification cost curve, their cache."""
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 
 import pytest
@@ -180,50 +176,6 @@ def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_p
         "part", {"id": 1}, {n: builder(n) for n in seconds}, lambda _: pytest.fail("timed again")
     )
     assert chosen == "fast" and built == ["fast"] and choice.note == "read from the tuning cache"
-
-
-def test_busy_counts_other_processes_not_this_ones_own_work():
-    """The load average counted this process's own measurements as other work; the busy check must not.
-    Relative to a baseline read just before, so that a machine busy with something else still tests it."""
-    baseline = tuning.other_cores_busy()
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            pass
-
-    spinner = threading.Thread(target=spin)
-    spinner.start()
-    try:
-        own = tuning.other_cores_busy()
-    finally:
-        stop.set()
-        spinner.join()
-    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)
-        other = tuning.other_cores_busy()
-    finally:
-        child.kill()
-        child.wait()
-    assert own < baseline + 0.35, (baseline, own)
-    assert other > min(baseline + 0.6, os.cpu_count() - 0.5), (baseline, other)  # unless the cores were full already
-
-
-def test_a_measurement_taken_on_a_busy_machine_is_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
-    runs = []
-
-    def measure():
-        runs.append(1)
-        return {"seconds": len(runs)}
-
-    monkeypatch.setattr(tuning, "_busy", lambda: True)
-    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 1}, False)
-    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 1}, True)  # still busy: the busy result serves
-    monkeypatch.setattr(tuning, "_busy", lambda: False)
-    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 2}, False)  # quiet: measured again, and kept
-    assert tuning.cached("part", {"id": 2}, measure) == ({"seconds": 2}, True)
 
 
 def test_the_one_token_pass_is_timed_settled_and_the_narrow_widths_more_often(monkeypatch):
