@@ -28,14 +28,16 @@ from specdec_core.machine import this_machine
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import cache_dir
 from training.corpus_features import with_layers
-from training.draft_data import Sequence, generate_batch
+from training.draft_data import TrainingSequence, generate_batch
 from training.train_head import Settings, heldout_agreement
 
 SUITES = ("realistic", "spec_bench")
 BATCH = 16  # answers generated at a time
 
 
-def answers(model: PreTrainedModel, tokenizer, suite: str, per_category: int, tokens: int) -> dict[str, list[Sequence]]:
+def answers(
+    model: PreTrainedModel, tokenizer, suite: str, per_category: int, tokens: int
+) -> dict[str, list[TrainingSequence]]:
     """The target's greedy answers to a suite's prompts by category (token ids only), cached on disk for
     this target and this version of the prompt file."""
     prompts = by_category(suite, per_category)
@@ -46,13 +48,13 @@ def answers(model: PreTrainedModel, tokenizer, suite: str, per_category: int, to
     path = cache_dir() / "eval-answers" / f"{suite}-p{per_category}-t{tokens}-{key}.pt"
     if path.is_file():
         saved = torch.load(path, weights_only=True)
-        return {c: [Sequence(t, n, None) for t, n in rows] for c, rows in saved.items()}
+        return {c: [TrainingSequence(t, n, None) for t, n in rows] for c, rows in saved.items()}
     stops = sorted(stop_token_ids(tokenizer, model))
-    out: dict[str, list[Sequence]] = {}
+    out: dict[str, list[TrainingSequence]] = {}
     for category, rows in prompts.items():
         encoded = [encode_prompt(tokenizer, p.text) for p in rows]
         out[category] = [
-            Sequence(s.tokens, s.prompt_length, None)
+            TrainingSequence(s.tokens, s.prompt_length, None)
             for i in range(0, len(encoded), BATCH)
             for s in generate_batch(model, encoded[i : i + BATCH], 0.0, stops, tokens)
         ]
@@ -62,7 +64,7 @@ def answers(model: PreTrainedModel, tokenizer, suite: str, per_category: int, to
 
 
 def head_agreement(
-    folder: Path, model: PreTrainedModel, data: dict[str, list[Sequence]], depth: int
+    folder: Path, model: PreTrainedModel, data: dict[str, list[TrainingSequence]], depth: int
 ) -> dict[str, list[float]]:
     """Top-1 agreement by draft position, per category and over all ("all": every position counts once)."""
     head = load_head(folder, model)

@@ -1,16 +1,10 @@
 """CPU linear layers: oneDNN or MKL with prepacked weights, or stock, per width; int8 for drafts; forcing the AVX2 path.
 
-A decode step on a CPU is >85% matrix products (torch.profiler: aten::mm), and PyTorch's default
-`F.linear` there is MKL with the weight in its plain layout. Measured once on a 2-core AMD EPYC
-with AVX-512 BF16 (SmolLM2-135M, one forward pass, medians):
-
-    float32, 1 / 5 / 17 tokens:  stock 65 / 96 / 133 ms   prepacked 48 / 46 / 68 ms
-    bfloat16, 1 / 5 / 17 tokens: MKL 52 / 61 / 70 ms      prepacked 34 / 33 / 49 ms
-    (MKL here: F.linear for 1 and 17 rows, W @ x^T for 5)
-
-Other CPUs differ (an AVX2-only EPYC has no oneDNN bfloat16 at all), so nothing here decides by
-those numbers: tuning.py times the kernels against each other on the running machine, for 1 to 9
-tokens, and applies the fastest by width with a KernelPlan; the app and bench state what it measured.
+A decode step on a CPU is mostly matrix products, and PyTorch's default `F.linear` there is MKL with
+the weight in its plain layout. Which kernel is fastest depends on the CPU, the dtype and the row
+count (an AVX2-only EPYC has no oneDNN bfloat16 at all), so nothing here decides by fixed numbers:
+tuning.py times the kernels against each other on the running machine, for 1 to 9 tokens, and
+applies the fastest by width with a KernelPlan; the app and bench state what it measured.
 
 MKL_PACKED is MKL's own packed GEMM (cblas_sgemm_compute, float32 only), the op torch.compile's CPU
 freezing pass emits for float32 linears. It can win at some widths and lose at others (MKL switches
@@ -21,10 +15,9 @@ The weight is reordered once into oneDNN's blocked layout, as torch.compile's CP
 does; calling the same two ops directly avoids compiling a model whose cache length changes every
 step. The packed copy is rebuilt whenever the weight changes (a dtype cast, an in-place edit), so
 it can never go stale. Packing alone keeps two copies of each weight; models.py then calls
-release_dense_weights, which frees the dense ones that nothing else reads (embedded target: RSS
-2.08x -> 1.28x its weight bytes). A released weight is refused, on every CPU, if anything asks to
-compute with it in another dtype. Inference only: the oneDNN op has no backward (the draft head
-trains through stock nn.Linear, see training/train_head.py).
+release_dense_weights, which frees the dense ones that nothing else reads. A released weight is
+refused, on every CPU, if anything asks to compute with it in another dtype. Inference only: the
+oneDNN op has no backward (the draft head trains through stock nn.Linear, see training/train_head.py).
 """
 
 from __future__ import annotations
@@ -104,7 +97,7 @@ def _reorder(kernel: str, weight: torch.Tensor) -> object:
     if kernel == PACKED:
         return torch.ops.mkldnn._reorder_linear_weight(weight, None)
     # MKL's op takes the plain weight too, for its shape and dtype and for row counts other than the one it is
-    # told the pack was made for (we always tell it the rows it gets, so the pack computes). A zero-strided
+    # told the pack was made for (_linear always tells it the rows it gets, so the pack computes). A zero-strided
     # stand-in of the same shape and dtype keeps a third copy of the weights from living on (a test holds that
     # the stand-in is never computed with).
     stand_in = torch.zeros((), dtype=weight.dtype).expand(weight.shape)
@@ -133,16 +126,15 @@ class KernelPlan:
 
     single: str = PACKED  # one row: a decode step
     wide: str = PACKED  # more rows than `narrow` covers: a verification pass
-    # Row counts computed one row wider, because here a pass over them cost more than over one row more: on the
-    # 2-core AVX-512 EPYC, oneDNN's float32 kernel for 2 rows made a 2-token pass 1.12-1.2x a 3-token one (in the
-    # model 231 against 195 us a linear call; a lone linear with its weight in cache shows no such step), so k = 1
-    # drafts and probes cost more than k = 3. tuning.py finds them from the measured curve; the padded row's output
-    # is dropped.
+    # Row counts computed one row wider, where a pass over them costs more than over one row more: a library's
+    # kernel for that row count is slow (oneDNN's float32 for 2 rows on the AMD EPYC (AVX-512), bench/RESULTS.md,
+    # 2026-12-05), and would make k = 1 drafts and probes dearer than k = 3. tuning.py finds them from the measured
+    # curve; the padded row's output is dropped.
     padded_rows: tuple[int, ...] = ()
-    # The kernel for 2, 3, ... rows, where it is not `wide`'s: on the 2-core Intel Xeon with AMX, MKL's (STOCK)
-    # passes over 1-3 rows cost about the same (44.8, 45.2, 47.8 ms) and oneDNN's 53-56 ms, while from 4 rows on
-    # MKL changes kernel and oneDNN is faster (60 against 66 ms). One kernel for every width past one row made a
-    # one-token draft's check cost 19% more than a plain step there, instead of 1%.
+    # The kernel for 2, 3, ... rows, where it is not `wide`'s: the fastest kernel changes with the row count (on the
+    # Intel Xeon with AMX, MKL's plain one up to 3 rows and oneDNN's from 4; bench/RESULTS.md, 2026-12-06, commit
+    # c0ad8ed), and one kernel for every width past one row makes a one-token draft's check far dearer than a plain
+    # step.
     narrow: tuple[str, ...] = ()
 
     def kernel(self, rows: int) -> str:
@@ -271,7 +263,7 @@ def resident_bytes(model: torch.nn.Module) -> int:
 def speed_up_linears(model: torch.nn.Module) -> torch.nn.Module:
     """Patches the model's Linear layers in place when it runs on a CPU; a no-op elsewhere.
 
-    Packs the weights now, so that the first timed pass does not pay for it (~0.3 s for 135M)."""
+    Packs the weights now, so that the first timed pass does not pay for it."""
     if next(model.parameters()).device.type != "cpu":
         return model
     for module in model.modules():

@@ -28,10 +28,9 @@ def with_room(buffer: torch.Tensor, kept: int, end: int, dim: int) -> torch.Tens
 
 class GrowingLayer(DynamicLayer):
     """transformers' DynamicLayer, but appending writes into a buffer with room to grow instead of
-    concatenating: DynamicLayer copies the whole cache on every pass, which grows with the context. With
-    the lean pass (SmolLM2-135M, 2-core AMD EPYC, paired): the same time behind 160 cached tokens, 4% / 7%
-    less for a 1- / 5-token pass behind 600-1,500. keys and values stay views of the buffer's first
-    positions, so crop and every reader see what they saw before. Written by hand: transformers'
+    concatenating: DynamicLayer copies the whole cache on every pass, a cost that grows with the context
+    (bench/RESULTS.md, 2026-12-03, AMD EPYC (AVX-512)). keys and values stay views of the buffer's first
+    positions, so crop and every reader see what DynamicLayer would show them. Written by hand: transformers'
     StaticCache preallocates too, but cannot crop (rollback) and fixes the length in advance."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -62,8 +61,8 @@ class GrowingLayer(DynamicLayer):
 
     def compact_rows(self, start: int, rows: torch.Tensor) -> None:
         """Compacts the positions from `start` on to those at start + rows (ascending), written back into the
-        buffer right after the prefix, which stays where it is: moving only the pass's rows rather than the
-        whole cache saves ~4 ms of a 6-node tree step behind 400 tokens (30 layers, 2-core AMD EPYC)."""
+        buffer right after the prefix, which stays where it is: a tree step moves only the pass's rows, not the
+        whole cache (bench/RESULTS.md, 2026-12-04, AMD EPYC (AVX-512))."""
         index = start + rows
         keys, values = self.keys.index_select(-2, index), self.values.index_select(-2, index)
         self.keys, self.values = self.keys[..., :start, :], self.values[..., :start, :]  # views of the buffer

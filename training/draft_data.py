@@ -73,7 +73,9 @@ def sample_prompts(split: str, count: int, seed: int = 0) -> list[TrainingPrompt
 
 
 @dataclass(frozen=True, slots=True)
-class Sequence:
+class TrainingSequence:
+    """One conversation as the head trains on it: its tokens, where the answer starts, the target's features."""
+
     tokens: torch.Tensor  # [T] int64: prompt (chat template) + response, cut after the first stop token
     prompt_length: int
     # [T, F] float16: what the head reads, the target's last hidden state (before the final norm) unless the
@@ -130,7 +132,7 @@ def generate_shards(
 @torch.inference_mode()
 def generate_batch(
     model: PreTrainedModel, encoded: list[list[int]], temperature: float, stops: list[int], max_new_tokens: int
-) -> list[Sequence]:
+) -> list[TrainingSequence]:
     """The target's responses to a batch of encoded prompts (greedy at temperature 0), with their features."""
     pad = stops[0]
     width = max(len(ids) for ids in encoded)
@@ -159,10 +161,10 @@ def generate_batch(
                 break
         sequences.append(torch.tensor(ids + response))
     features = hidden_states(model, sequences)
-    return [Sequence(s, len(ids), f) for s, ids, f in zip(sequences, encoded, features)]
+    return [TrainingSequence(s, len(ids), f) for s, ids, f in zip(sequences, encoded, features)]
 
 
-def length_batches(sequences: list[Sequence], batch_tokens: int) -> list[list[int]]:
+def length_batches(sequences: list[TrainingSequence], batch_tokens: int) -> list[list[int]]:
     """Indices of the sequences, shortest first, in batches of similar length whose padded size stays
     within batch_tokens (a longer sequence alone makes a batch of its own)."""
     batches: list[list[int]] = []
@@ -197,9 +199,9 @@ def hidden_states(
     return [hidden[row, : len(s)].to("cpu", copy=True) for row, s in enumerate(sequences)]
 
 
-def load_sequences(paths: list[Path]) -> list[Sequence]:
+def load_sequences(paths: list[Path]) -> list[TrainingSequence]:
     sequences = []
     for path in paths:
         for item in torch.load(path, weights_only=True):
-            sequences.append(Sequence(item["tokens"], int(item["prompt_length"]), item["features"]))
+            sequences.append(TrainingSequence(item["tokens"], int(item["prompt_length"]), item["features"]))
     return sequences

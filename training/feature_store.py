@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 
 from specdec_core.sources import free_memory
 from training.corpus_features import with_layers
-from training.draft_data import Sequence
+from training.draft_data import TrainingSequence
 from training.shards import token_key
 
 CHUNK_TOKENS = 65_536  # sequences written (and resumed) together: about a minute of the target's time on 2 cores
@@ -38,13 +38,13 @@ STATE = "state.json"
 
 def stored_features(
     model: PreTrainedModel,
-    data: list[Sequence],
+    data: list[TrainingSequence],
     layers: tuple[int, ...],
     root: Path,
     dtype: torch.dtype = torch.float32,
     count: int | None = None,
     made: Mapping[bytes, np.ndarray] | None = None,
-) -> list[Sequence]:
+) -> list[TrainingSequence]:
     """The first `count` sequences (all when None) with the features of `layers` as with_layers makes them with
     a forward at `dtype`'s precision, read from the store under root; the missing part is made first, or copied
     from `made` (float32 rows of the last layer, by shards.token_key). The store is the whole data's, so a run
@@ -77,7 +77,7 @@ def _fill(
     rows: np.memmap,
     offsets: np.ndarray,
     model: PreTrainedModel,
-    data: list[Sequence],
+    data: list[TrainingSequence],
     chunk: range,
     layers: tuple[int, ...],
     dtype: torch.dtype,
@@ -105,15 +105,15 @@ def _resident(rows: np.memmap, used: int) -> np.ndarray:
     return np.array(rows[:used]) if size < free_memory() // 2 else rows
 
 
-def _view(sequence: Sequence, rows: np.ndarray, hidden: int, fused: bool) -> Sequence:
+def _view(sequence: TrainingSequence, rows: np.ndarray, hidden: int, fused: bool) -> TrainingSequence:
     """The sequence with features as a view of the rows (in memory, or read from the map when a batch uses them)."""
     stored = torch.from_numpy(rows)
     if not fused:
-        return Sequence(sequence.tokens, sequence.prompt_length, stored)
-    return Sequence(sequence.tokens, sequence.prompt_length, stored[:, :-hidden], stored[:, -hidden:])
+        return TrainingSequence(sequence.tokens, sequence.prompt_length, stored)
+    return TrainingSequence(sequence.tokens, sequence.prompt_length, stored[:, :-hidden], stored[:, -hidden:])
 
 
-def _digest(model: PreTrainedModel, data: list[Sequence], layers: tuple[int, ...], dtype: torch.dtype) -> str:
+def _digest(model: PreTrainedModel, data: list[TrainingSequence], layers: tuple[int, ...], dtype: torch.dtype) -> str:
     config = model.config  # (a forward may add attributes to the config: only what names the model counts)
     shape = [
         type(model).__name__,

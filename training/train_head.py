@@ -55,7 +55,7 @@ from specdec_core.sources import EMBEDDED_ID, cache_dir
 from training.corpus_answers import answers, made_features
 from training.corpus_features import ids_only, with_layers
 from training.draft_data import (
-    Sequence,
+    TrainingSequence,
     generate_batch,
     generate_shards,
     length_batches,
@@ -101,11 +101,13 @@ SCALE_SAMPLE = 256  # corpus sequences whose features set feature_scale
 
 def training_data(
     settings: Settings, model: PreTrainedModel, tokenizer, work: Path
-) -> tuple[list[Sequence], list[Sequence]]:
+) -> tuple[list[TrainingSequence], list[TrainingSequence]]:
     return corpus_data(settings, model, work) if settings.corpus else embedded_data(settings, model, tokenizer)
 
 
-def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple[list[Sequence], list[Sequence]]:
+def corpus_data(
+    settings: Settings, model: PreTrainedModel, work: Path
+) -> tuple[list[TrainingSequence], list[TrainingSequence]]:
     """The corpus's answers, split by conversation (corpus_answers.answers). The training ones' features are made
     once, at the step's precision
     (or copied from the rows the corpus kept as it wrote them), and read
@@ -139,7 +141,9 @@ def corpus_data(settings: Settings, model: PreTrainedModel, work: Path) -> tuple
     return stored, with_layers(model, heldout_set, layers)
 
 
-def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tuple[list[Sequence], list[Sequence]]:
+def embedded_data(
+    settings: Settings, model: PreTrainedModel, tokenizer
+) -> tuple[list[TrainingSequence], list[TrainingSequence]]:
     """The training and held-out sequences, generated once and then read from the cache."""
     splits = {}
     for split, count in (("heldout", settings.heldout_prompts), ("train", settings.prompts)):
@@ -155,7 +159,7 @@ def embedded_data(settings: Settings, model: PreTrainedModel, tokenizer) -> tupl
     return splits["train"], splits["heldout"]
 
 
-def draft_vocabulary(sequences: list[Sequence], size: int, always: set[int]) -> torch.Tensor:
+def draft_vocabulary(sequences: list[TrainingSequence], size: int, always: set[int]) -> torch.Tensor:
     """The `size` tokens the target emits most often in its responses (FR-Spec), end tokens included.
 
     A few thousand answers name fewer distinct tokens than the vocabulary needs (and never the
@@ -167,7 +171,7 @@ def draft_vocabulary(sequences: list[Sequence], size: int, always: set[int]) -> 
     return torch.tensor(sorted(ranked[:size]))
 
 
-def coverage(sequences: list[Sequence], ids: torch.Tensor) -> float:
+def coverage(sequences: list[TrainingSequence], ids: torch.Tensor) -> float:
     """Share of response tokens inside the draft vocabulary: the most a draft could ever propose."""
     kept = set(ids.tolist())
     tokens = [t for s in sequences for t in s.tokens[s.prompt_length :].tolist()]
@@ -197,7 +201,7 @@ def training_dtype(settings: Settings, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if native else torch.float32
 
 
-def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
+def feature_scale(sequences: list[TrainingSequence]) -> torch.Tensor:
     """Per-dimension RMS of the target's features: a few dimensions are in the thousands. Each sequence's last
     row is left out, as training leaves it (collate); features kept by the generation hold zeros there."""
     total = torch.zeros(sequences[0].features.shape[1], dtype=torch.float64)
@@ -208,7 +212,7 @@ def feature_scale(sequences: list[Sequence]) -> torch.Tensor:
     return (total / count).sqrt().clamp(min=1e-2).float()
 
 
-def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) -> list[list[Sequence]]:
+def batches(sequences: list[TrainingSequence], batch_tokens: int, rng: random.Random) -> list[list[TrainingSequence]]:
     """Sequences of similar length together (less padding), batch order shuffled."""
     out = [[sequences[i] for i in batch] for batch in length_batches(sequences, batch_tokens)]
     rng.shuffle(out)
@@ -216,7 +220,7 @@ def batches(sequences: list[Sequence], batch_tokens: int, rng: random.Random) ->
 
 
 def collate(
-    batch: list[Sequence], device: torch.device
+    batch: list[TrainingSequence], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """tokens [B, T], features [B, T, F] and the target's last hidden states [B, T, H] in float32, loss
     mask [B, T - 2] (entry j predicts token j + 2), on the head's device."""
@@ -257,7 +261,7 @@ def unrolled_pass(head: EagleHead, tokens: torch.Tensor, features: torch.Tensor,
     return outputs
 
 
-def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> torch.Tensor:
+def loss_terms(head: EagleHead, batch: list[TrainingSequence], settings: Settings) -> torch.Tensor:
     """The EAGLE loss at each depth, in a weighted mean (Settings.depth_decay). (No agreement here: an argmax
     over the draft vocabulary at every depth took 7% of a CPU step; heldout_agreement measures it at each
     evaluation.)"""
@@ -284,7 +288,7 @@ def loss_terms(head: EagleHead, batch: list[Sequence], settings: Settings) -> to
 
 
 @torch.no_grad()
-def heldout_agreement(head: EagleHead, sequences: list[Sequence], settings: Settings) -> list[float]:
+def heldout_agreement(head: EagleHead, sequences: list[TrainingSequence], settings: Settings) -> list[float]:
     """Top-1 agreement per draft position on held-out data, against the target's argmax over its
     *full* vocabulary (a token outside the draft vocabulary counts as a miss): the greedy
     acceptance rate of position s given that positions 1..s-1 were accepted."""
@@ -307,8 +311,8 @@ def heldout_agreement(head: EagleHead, sequences: list[Sequence], settings: Sett
 
 def train(
     head: EagleHead,
-    train_set: list[Sequence],
-    heldout_set: list[Sequence],
+    train_set: list[TrainingSequence],
+    heldout_set: list[TrainingSequence],
     settings: Settings,
     checkpoint: Path,
     max_minutes: float | None = None,
@@ -409,7 +413,7 @@ def _save_checkpoint(path: Path, head, optimizer, schedule, state, settings) -> 
 
 
 def new_head(
-    target: PreTrainedModel, name: str, train_set: list[Sequence], settings: Settings, stops: set[int]
+    target: PreTrainedModel, name: str, train_set: list[TrainingSequence], settings: Settings, stops: set[int]
 ) -> EagleHead:
     ids = draft_vocabulary(train_set, settings.draft_vocab, stops)
     head = EagleHead(
@@ -554,7 +558,7 @@ def after_init(earlier: list[dict], curve: list[dict]) -> list[dict]:
     ]
 
 
-def _total_steps(train_set: list[Sequence], settings: Settings) -> int:
+def _total_steps(train_set: list[TrainingSequence], settings: Settings) -> int:
     return len(batches(train_set, settings.batch_tokens, random.Random(0))) * settings.epochs
 
 

@@ -54,8 +54,8 @@ class EagleDrafter(Drafter):
         self._c = c
         self._cache = head.new_cache()
         self._real_entries = 0  # head cache entries computed from real target features
-        # The features as the head reads them, by position, in a buffer with room to grow: concatenating copied
-        # every position on each step (0.3-0.5 ms behind 1,500 tokens, ~1% of a step there).
+        # The features as the head reads them, by position, in a buffer with room to grow: concatenating would copy
+        # every position on each step.
         self._features = with_room(
             torch.empty(0, head.config.hidden_size, dtype=head.feature_scale.dtype, device=head.device), 0, 1, dim=0
         )
@@ -184,7 +184,8 @@ class EagleDrafter(Drafter):
         """The same distribution over the draft vocabulary only [n, N] (index i: target id draft_to_target[i]).
         A tree keeps no draft rows (its children are chosen, not drawn: q is one-hot for the rule), so it ranks
         here: the same probabilities as _q's at the draft ids (q is zero elsewhere, and the warpers keep the
-        same tokens), at a third of the softmax and top-k (1.1 of 8.5 ms a depth-3 tree on a 2-core Xeon)."""
+        same tokens), with the softmax and top-k over N ids instead of V (bench/RESULTS.md, 2026-12-06, Intel Xeon
+        with AMX)."""
         return sampler.probs(self.head.logits(predicted).float().cpu())
 
     def _run(

@@ -240,9 +240,9 @@ class EagleHead(nn.Module):
 
     def stack_projections(self) -> EagleHead:
         """Stacks each layer's q/k/v and gate/up projections (lean_pass.fuse_layers) for serving: a draft
-        step runs the head's layer 3-4 times, and fewer, larger matrix products and no per-call machinery
-        took 0.9 ms off a depth-3 tree's 8.5 ms draft on a 2-core Intel Xeon (int8 head). Before the
-        kernels are chosen: they need the dense weights."""
+        step runs the head's layer 3-4 times, and fewer, larger matrix products without per-call machinery
+        make each run cheaper (bench/RESULTS.md, 2026-12-06, Intel Xeon with AMX). Call before the kernels
+        are chosen: stacking needs the dense weights."""
         fuse_layers(self.layers)
         return self
 

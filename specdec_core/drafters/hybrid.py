@@ -75,9 +75,9 @@ class HybridDrafter(Drafter):
         self._match = 0  # the length of the match it continued (NgramDrafter.match)
         self._drafted_at = 0  # the context length it was drafted after
         self._accepted = 0  # draft tokens the target accepted in that step
-        # Lookup tokens ruled on and accepted, decayed, by match length: on the third corpus's greedy answers
-        # (8-token guesses at every third position) the per-token acceptance was 0.35 after a 1-token match,
-        # 0.66 after 2, 0.91 after 3; one figure for all sized the surest guesses and the least sure alike.
+        # Lookup tokens ruled on and accepted, decayed, by match length: a guess's acceptance rises steeply with
+        # the match it continues (bench/RESULTS.md, 2026-12-06, commit 600d28f), and one figure for all would size
+        # the surest guesses and the least sure alike.
         self._judged = [0.0] * (self.lookup.max_ngram + 1)
         self._agreed = [0.0] * (self.lookup.max_ngram + 1)
         self._head_step: tuple[int, int] | None = None  # the last step's merged tree size and head passes, if it ran
@@ -91,8 +91,8 @@ class HybridDrafter(Drafter):
     @property
     def gates_itself(self) -> bool:
         """With a cost curve it turns the head off itself (_head_pays) and its lookup is free, so an adaptive k
-        only sizes the head's tree and never stops drafting (schedule.make_schedule): on translation a k of 0
-        kept the lookup from ever being consulted, and the hybrid fell below the lookup alone. Without a curve
+        only sizes the head's tree and never stops drafting (schedule.make_schedule): a k of 0 would stop the
+        free lookup too where the head fails (translation), leaving the hybrid below the lookup alone. Without a curve
         the ledger cannot price the head, and the adaptive k decides as for any drafter."""
         return self._curve is not None
 

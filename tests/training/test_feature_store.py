@@ -8,7 +8,7 @@ import torch
 import training.feature_store as feature_store
 from specdec_core.cpu_kernels import release_dense_weights, speed_up_linears
 from training.corpus_features import with_layers
-from training.draft_data import Sequence
+from training.draft_data import TrainingSequence
 from training.feature_store import stored_features
 from training.shards import token_key
 from training.tiny_chat import tiny_target
@@ -18,7 +18,7 @@ from training.tiny_chat import tiny_target
 def data():
     rng = torch.Generator().manual_seed(2)
     return [
-        Sequence(torch.randint(0, 256, (int(n),), generator=rng), 4, None)
+        TrainingSequence(torch.randint(0, 256, (int(n),), generator=rng), 4, None)
         for n in torch.randint(10, 60, (30,), generator=rng)
     ]
 

@@ -15,17 +15,17 @@ from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
 from tests.conftest import hardware_bfloat16, tiny_llama
 from training.corpus_features import with_layers
-from training.draft_data import Sequence, build_prompts
+from training.draft_data import TrainingSequence, build_prompts
 from training.tiny_chat import tiny_target
 from training.train_head import Settings, loss_terms, main, new_head, start_from, training_dtype, unrolled_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def random_answers(count: int, seed: int) -> list[Sequence]:
+def random_answers(count: int, seed: int) -> list[TrainingSequence]:
     """Random 40-token sequences whose last 32 are the answer, for loss and training tests on tiny_target."""
     rng = torch.Generator().manual_seed(seed)
-    return [Sequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(count)]
+    return [TrainingSequence(torch.randint(0, 256, (40,), generator=rng), 8, None) for _ in range(count)]
 
 
 def test_smoke_training_lowers_the_loss_and_saves_a_head_that_loads(tmp_path):
@@ -117,7 +117,7 @@ def test_serving_drafts_what_training_teaches_for_both_feature_layouts():
         with torch.no_grad():  # opinions that follow the input, so that argmaxes differ from entry to entry
             head.fc.weight.mul_(4.0)
             head.fc.bias.zero_()
-        [sequence] = with_layers(target, [Sequence(torch.tensor(tokens), 2, None)], layers)
+        [sequence] = with_layers(target, [TrainingSequence(torch.tensor(tokens), 2, None)], layers)
         with torch.no_grad():
             taught = unrolled_pass(head, sequence.tokens[None], sequence.features[None].float(), depth=1)[0][0]
         expected = head.draft_to_target[head.logits(taught).argmax(-1)].tolist()  # entry j guesses token j + 2
