@@ -110,7 +110,8 @@ they cost, it rests and is tried again every {HybridDrafter.PROBE_EVERY} steps."
 
 
 def _epochs_by_corpus(recipe: Sequence[dict]) -> str:
-    """ "4 over `data/draft-corpus`, 1 over `data/draft-corpus-2`": the epochs each corpus was read, over the runs."""
+    """Like "4 over `data/draft-corpus`, 1 over `data/draft-corpus-2`": the epochs each corpus was read, over the
+    runs."""
     epochs = Counter()
     for run in recipe:
         if run.get("corpus"):

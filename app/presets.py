@@ -81,5 +81,5 @@ def obtain_embedded() -> str | None:
     try:
         fetch_embedded()
     except ModelLoadError as error:
-        return f"The embedded model could not be fetched ({error}), so the hub pair is the default."
+        return f"The embedded model could not be fetched: {error}. The hub pair is the default."
     return None

@@ -8,11 +8,12 @@
 Files, one idea each, from the bottom up: errors, limits, config (validated settings); costs (the cost
 curve and a step's price) and tree (draft-tree geometry and masks); events (what a run yields), sampling
 (logits to tokens), acceptance (the rule); lean_pass (the pass a served model runs), kv_cache (a model with
-rollback and compaction); cpu_kernels (the CPU linears), machine (which CPU this is), tuning (kernels and costs
-measured on it); sources (where a model comes from, its size, public mode), embedded (the default model's
-GGUF), models (loading); drafters/ (the protocol, n-gram lookup, model drafts and self-copies, the EAGLE head,
-the hybrid, and the factory on top); schedule (draft length), engine (the two decoders), stats, theory,
-prompts. Training (training/) and benchmarking (bench/) live outside this package.
+rollback and compaction); cpu_kernels (the CPU linears), machine (which CPU this is); sources (where a model
+comes from, its size, public mode, the cache dir), embedded (the default model's GGUF); measurements (kept per
+machine) and tuning (kernels and costs measured on it); models (loading); eval_sets; drafters/ (the
+protocol, n-gram lookup, model drafts and self-copies, the EAGLE head, the hybrid, and the factory on top);
+schedule (draft length), engine (the two decoders), stats, theory, prompts. Training (training/) and
+benchmarking (bench/) live outside this package.
 """
 
 from . import cpu_kernels  # noqa: F401  (first: SPECDEC_FORCE_AVX2 caps the kernels before anything computes)

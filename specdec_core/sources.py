@@ -55,7 +55,8 @@ PUBLIC_RULE = (
 
 
 def classify(source: str) -> str:
-    """ "embedded", "gguf", "folder" or "hub"; raises for anything else (and for local paths in public mode)."""
+    """The kind of a source: "embedded", "gguf", "folder" or "hub"; raises for anything else (and for local paths
+    in public mode)."""
     if source == EMBEDDED_ID:
         return "embedded"
     looks_local = source.endswith(".gguf") or source.startswith(("/", ".", "~")) or os.sep in source.replace("/", "", 1)

@@ -122,7 +122,7 @@ def merged(
     return tuple(tokens[n] for n in order), reindexed(parents, order), [position[n] for n in index]
 
 
-def path_to(parents: tuple[int, ...], node: int) -> list[int]:
+def path_to(parents: Sequence[int], node: int) -> list[int]:
     """The nodes from the root's child down to `node`."""
     path = []
     while node >= 0:

@@ -52,7 +52,8 @@ class Choice:
     note: str = ""
 
     def describe(self, timings: bool = True) -> str:
-        """ "part: chosen (each timing, fastest first); note"; without the timings where a view shows them otherwise."""
+        """As "part: chosen (each timing, fastest first); note"; without the timings where a view shows them
+        otherwise."""
         listed = ", ".join(
             f"{name} {1000 * s:.2f} ms" for name, s in sorted(self.seconds.items(), key=lambda kv: kv[1])
         )

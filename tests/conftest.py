@@ -24,7 +24,9 @@ os.environ.setdefault("SPECDEC_TUNING_DIR", tempfile.mkdtemp(prefix="specdec-tun
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from specdec_core.cpu_kernels import speed_up_linears
 from specdec_core.embedded import EMBEDDED_REQUIREMENT
@@ -188,3 +190,9 @@ def hardware_bfloat16(cpu_path: str) -> bool:
     flags = set(Path("/proc/cpuinfo").read_text().split())
     capped = torch.backends.cpu.get_cpu_capability() == "AVX2"
     return cpu_path == "native" and not capped and bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    """A tokenizer of whole words: tokens whose strings are known, for vocabulary checks and token views."""
+    vocab = {w: i for i, w in enumerate(["<unk>"] + words)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>")

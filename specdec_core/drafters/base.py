@@ -1,16 +1,17 @@
-"""The drafter protocol: anything that can guess the next few tokens cheaply, and the Draft it proposes.
+"""The drafter interface: anything that can guess the next few tokens cheaply, and the Draft it proposes.
 
 The interface follows transformers' candidate generators: propose candidates, then learn how many were
-accepted. A drafter belongs to one run (a model drafter holds that run's KV cache). Drafters subclass
-Drafter for its defaults: a drafter that reads the target's hidden states (the EAGLE head) names
-feature_layers and takes them in observe_features after every target pass; one whose costly part turns
-itself off (the hybrid's head) says so with gates_itself, and an adaptive k then never goes below 1.
+accepted. A drafter belongs to one run (a model drafter holds that run's KV cache). Every drafter
+subclasses Drafter, whose defaults fit one that needs none of the optional parts: a drafter that reads the
+target's hidden states (the EAGLE head) names feature_layers and takes them in observe_features after every
+target pass; one whose costly part turns itself off (the hybrid's head) says so with gates_itself, and an
+adaptive k then never goes below 1.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -47,21 +48,31 @@ class Draft:
         )
 
 
-class Drafter(Protocol):
-    name: str
-    feature_layers: tuple[int, ...] = ()  # the target layers whose outputs observe_features takes; () = none
-    gates_itself: bool = False  # turns its costly part off by itself: an adaptive k keeps drafting then
+class Drafter(ABC):
+    """What the engine calls on a drafter, with the defaults of one that needs none of the optional parts."""
 
-    def begin(self, target: CachedModel) -> None:
+    name: str
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The target layers whose outputs observe_features takes; () = none."""
+        return ()
+
+    @property
+    def gates_itself(self) -> bool:
+        """Turns its costly part off by itself: an adaptive k then keeps drafting."""
+        return False
+
+    def begin(self, target: CachedModel) -> None:  # noqa: B027  (a default: nothing to prepare)
         """Called once, after the target has read the prompt (its cache holds it)."""
 
+    @abstractmethod
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         """Up to k tokens that might follow context (fewer when unsure or out of ideas)."""
-        ...
 
-    def observe(self, accepted_count: int) -> None:
+    def observe(self, accepted_count: int) -> None:  # noqa: B027  (a default: nothing to learn)
         """How many of the last proposal's tokens the target accepted."""
 
-    def observe_features(self, start: int, features: torch.Tensor) -> None:
+    def observe_features(self, start: int, features: torch.Tensor) -> None:  # noqa: B027  (a default: reads none)
         """The target's features [n, F] (feature_layers side by side) for positions start..start+n-1 of its latest
         pass; called after every target pass when feature_layers is not empty."""

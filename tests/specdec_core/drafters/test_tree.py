@@ -166,7 +166,7 @@ def test_greedy_tree_drafting_equals_plain_decoding_and_generate(target, head, s
     )
     assert generated_tokens(events) == plain
     trees = [e for e in events if isinstance(e, SpecStep) and not e.is_chain]
-    assert trees and max(e.drafted_count for e in trees) <= shape.longest
+    assert trees and max(e.drafted_count for e in trees) <= shape.max_nodes
     assert any(e.path and e.path != tuple(range(len(e.path))) for e in trees)  # a path that is not the first branch
 
 
@@ -263,15 +263,15 @@ def test_hybrid_sizes_the_heads_tree_beside_its_lookup_guess(target, head):
     prompt = PROMPT * 3  # repetitive: the lookup has something to offer
     drafter = HybridDrafter(EagleDrafter(head, tree=TreeShape(width=2, max_nodes=8)), curve=CostCurve((0.01,) * 17))
     asked, propose = [], drafter.head.propose
-    drafter.head.propose = lambda context, k, sampler, beside: (
-        asked.append((beside, len(drafter._guess))) or propose(context, k, sampler, beside)
+    drafter.head.propose = lambda context, k, sampler, side: (
+        asked.append((side, len(drafter._guess))) or propose(context, k, sampler, side)
     )
     config = GenerationConfig(max_new_tokens=40)
     events = list(speculative(target, drafter, prompt, config, DraftConfig(k=3)))
     assert generated_tokens(events) == generated_tokens(autoregressive(target, prompt, config))
-    assert asked and all(beside.nodes == guess for beside, guess in asked)
-    assert any(beside.nodes for beside, _ in asked)  # the lookup had a guess beside the head
-    assert all(0.0 <= beside.expected_tokens <= beside.nodes for beside, _ in asked)
+    assert asked and all(side.nodes == guess for side, guess in asked)
+    assert any(side.nodes for side, _ in asked)  # the lookup had a guess beside the head
+    assert all(0.0 <= side.expected_tokens <= side.nodes for side, _ in asked)
 
 
 def test_hybrid_sizes_a_guess_by_what_guesses_after_matches_as_long_kept(head):
