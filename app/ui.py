@@ -83,14 +83,14 @@ def _race_tab(last_race: gr.State) -> dict:
                 allow_custom_value=True,
                 info=_target_info(),
             )
-            drafter = race_handlers.drafter_choices(default_target())
+            drafter = race_handlers.drafter_choices(target.value)
             drafter.label, drafter.allow_custom_value, drafter.elem_id = "Drafter", True, "drafter"
             drafter.info = (
                 "Must share the target's tokenizer. c: one draft pass over one target pass, measured on this machine. "
                 "The EAGLE head is a small draft trained here for the embedded model; the bfloat16 copy agrees almost "
                 "always; early exit is a deliberately bad draft."
             )
-            running = gr.HTML(race_handlers.running_line(default_target(), drafter.value))
+            running = gr.HTML(race_handlers.running_line(target.value, drafter.value))
             with gr.Row():
                 k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
                 adaptive = gr.Checkbox(

@@ -40,8 +40,8 @@ class Verdict:
 
 def verify(
     draft_tokens: torch.Tensor,  # [N] int64
-    draft_probs: torch.Tensor
-    | None,  # [N, V] the distribution each node was drawn from; None: chosen deterministically
+    # [N, V] the distribution each node was drawn from; None: chosen deterministically
+    draft_probs: torch.Tensor | None,
     target_probs: torch.Tensor,  # [N + 1, V]: row 0 at the root (the last context token), row i + 1 at node i
     sampler: Sampler,
     parents: tuple[int, ...] | None = None,  # None: a chain

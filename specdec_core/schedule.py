@@ -17,9 +17,8 @@ from .events import PlainStep, Step
 from .limits import MEASURED_DRAFT_TOKENS
 from .theory import expected_tokens_per_step
 
-ADAPTIVE_LONGEST = (
-    MEASURED_DRAFT_TOKENS  # drafts that always agree (self-drafts) want long k; the cost model stops it there
-)
+# drafts that always agree (self-drafts) want long k; the cost model stops it there
+ADAPTIVE_LONGEST = MEASURED_DRAFT_TOKENS
 
 
 class DraftLength(Protocol):
@@ -82,9 +81,8 @@ class AdaptiveDraftLength:
         self._judged = self.PRIOR_JUDGED
         self._accepted = self.PRIOR_ACCEPTED
         self._draft_pass_seconds: float | None = None
-        self._seen_first_draft = (
-            False  # the first draft also reads the whole prompt (a head's prefill): its time is not a pass's
-        )
+        # the first draft also reads the whole prompt (a head's prefill): its time is not a pass's
+        self._seen_first_draft = False
         self._target_pass_seconds: dict[int, float] = {}  # tokens in the pass -> seconds
         self._probe_wait = self.FIRST_PROBE_WAIT
         self._plain_steps = 0

@@ -35,9 +35,8 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
         head = eagle_head(target.source, folder)  # times a chain's pass and a tree level's on this machine
         tree_spec = DRAFT_EAGLE_TREE_PREFIX + folder
         c = c_at_load(target.source, default_dtype(), tree_spec) or 0.0  # a tree level over a target pass
-        if (
-            spec != tree_spec and (measured := draft_pass(target.source, tree_spec)) is not None
-        ):  # the hybrid's head: the same tree
+        # the hybrid's head: the same tree, so the same pass
+        if spec != tree_spec and (measured := draft_pass(target.source, tree_spec)) is not None:
             record_draft_pass(target.source, spec, *measured)
         curve = cost_curve(target.model)
         tree = EagleDrafter(head, "EAGLE tree", TreeShape(), curve, c)

@@ -118,9 +118,8 @@ class HybridDrafter(Drafter):
             self._without_head += 1
             return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
         self._without_head = 0
-        guessed = (
-            expected_tokens_per_step(self._acceptance(match), len(guess)) - 1.0
-        )  # the drafts, not the pass's own token
+        # the drafts' expected tokens, not the pass's own token
+        guessed = expected_tokens_per_step(self._acceptance(match), len(guess)) - 1.0
         tree = self.head.propose(context, k, sampler, SideBranch(len(guess), guessed))
         draft = _merge(guess, tree, seconds=time.perf_counter() - started)
         self._head_step = (len(draft.tokens), tree.passes)

@@ -47,10 +47,8 @@ def test_a_measurement_taken_on_a_busy_machine_is_measured_again_once_it_is_quie
 
     monkeypatch.setattr(measurements, "_busy", lambda: True)
     assert measurements.cached("part", {"id": 2}, measure) == ({"seconds": 1}, False)
-    assert measurements.cached("part", {"id": 2}, measure) == (
-        {"seconds": 1},
-        True,
-    )  # still busy: the busy result serves
+    # still busy: the busy result serves
+    assert measurements.cached("part", {"id": 2}, measure) == ({"seconds": 1}, True)
     monkeypatch.setattr(measurements, "_busy", lambda: False)
     assert measurements.cached("part", {"id": 2}, measure) == ({"seconds": 2}, False)  # quiet: measured again, and kept
     assert measurements.cached("part", {"id": 2}, measure) == ({"seconds": 2}, True)
