@@ -1,5 +1,6 @@
-"""The Gradio app: renders specdec_core's events. Layout in ui.py; each tab's handlers in race_handlers.py,
-workload_handlers.py and explainer_handlers.py; views in views.py and charts.py."""
+"""The Gradio app: renders specdec_core's events. ui.py builds the page; each tab has its layout in <tab>_tab.py,
+its handlers in <tab>_handlers.py and its figures in <tab>_charts.py (race, workload, explainer); token HTML in
+views.py."""
 
 import os
 

@@ -12,7 +12,7 @@ from specdec_core.machine import this_machine
 from specdec_core.models import default_dtype
 from specdec_core.tuning import TargetTuning, c_at_load, draft_pass, tuning_of
 
-from . import charts, views
+from . import explainer_charts, views
 from .presets import DRAFT_LABELS, default_target, preset_for
 
 
@@ -28,11 +28,11 @@ def _measured_curve(last: dict | None) -> CostCurve | None:
 
 def theory_view(a: float, c: float, k: float, last: dict | None) -> go.Figure:
     race = last["race"] if last else None
-    return charts.theory_figure(float(a), float(c), int(k), race, _measured_curve(last))
+    return explainer_charts.theory_figure(float(a), float(c), int(k), race, _measured_curve(last))
 
 
 def tree_theory_view(a: float, a_width: float, width: float, c: float, last: dict | None) -> go.Figure:
-    return charts.chain_vs_tree_figure(float(a), float(a_width), int(width), float(c), _measured_curve(last))
+    return explainer_charts.chain_vs_tree_figure(float(a), float(a_width), int(width), float(c), _measured_curve(last))
 
 
 def machine_view(last: dict | None) -> tuple[str, object]:
@@ -51,7 +51,7 @@ def machine_view(last: dict | None) -> tuple[str, object]:
         *_drafter_cost_lines(target),
         *_tree_size_lines(last),
     ]
-    return "\n".join(lines), charts.cost_curve_figure(tuning.curve)
+    return "\n".join(lines), explainer_charts.cost_curve_figure(tuning.curve)
 
 
 def _c_lines(tuning: TargetTuning) -> list[str]:

@@ -10,6 +10,7 @@ RUN_SECONDS = float(os.environ.get("SPECDEC_RUN_SECONDS", "90"))  # per decoder,
 MAX_WORKLOAD_PROMPTS = 12
 QUEUE_SIZE = int(os.environ.get("SPECDEC_QUEUE_SIZE", "16"))
 CONCURRENCY = 1  # one generation at a time keeps timings honest on 2 cores
+GENERATION = "generation"  # one concurrency group: races, checks and sweeps share the CPU one at a time
 
 SUMMARY = (
     f"Limits: up to {MAX_NEW_TOKENS} new tokens, {MAX_PROMPT_CHARS:,} prompt characters, k ≤ {MAX_K}, "

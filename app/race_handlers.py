@@ -18,7 +18,7 @@ from specdec_core.machine import this_machine
 from specdec_core.models import default_dtype
 from specdec_core.tuning import c_at_load
 
-from . import charts, views
+from . import race_charts, views
 from .decoders import both_runs, prompted_target
 from .inputs import RaceSettings, parse_settings, shown_as_message
 from .presets import DRAFT_LABELS, preset_for
@@ -91,13 +91,13 @@ def run_race(
                     continue
                 live = (gr.skip(),) * 3
                 if time.monotonic() - last_chart > CHART_EVERY_SECONDS:
-                    live, last_chart = (charts.race_figure(race), *_tree_views(race, text)), time.monotonic()
+                    live, last_chart = (race_charts.race_figure(race), *_tree_views(race, text)), time.monotonic()
                 yield _race_views(race, text, running=True) + (live[0], gr.skip(), gr.skip(), gr.skip()) + live[1:]
     last_race = {"race": race, "target": settings.target}
     yield (
         _race_views(race, text, running=False)
         + (
-            charts.race_figure(race),
+            race_charts.race_figure(race),
             views.summary_html(race),
             race_details(race, text),
             last_race,
@@ -109,7 +109,7 @@ def run_race(
 def _tree_views(race: Race, text: views.TokenText) -> tuple[go.Figure, gr.Slider]:
     """The newest drafted step's tree, and the step slider set to it."""
     steps = race.spec_steps
-    figure = charts.tree_figure(steps[-1] if steps else None, text, len(steps) - 1, len(steps))
+    figure = race_charts.tree_figure(steps[-1] if steps else None, text, len(steps) - 1, len(steps))
     return figure, gr.Slider(
         minimum=1, maximum=max(len(steps), 2), value=max(len(steps), 1), step=1, interactive=len(steps) > 1
     )
@@ -119,10 +119,10 @@ def tree_view(index: float, last: dict | None) -> go.Figure:
     """A replayed step of the last race as a tree (the slider under the race)."""
     race = last["race"] if last else None
     if race is None or not race.spec_steps:
-        return charts.tree_figure(None, None)
+        return race_charts.tree_figure(None, None)
     steps = race.spec_steps
     i = max(0, min(int(index) - 1, len(steps) - 1))
-    return charts.tree_figure(steps[i], views.TokenText(load_model(last["target"]).tokenizer), i, len(steps))
+    return race_charts.tree_figure(steps[i], views.TokenText(load_model(last["target"]).tokenizer), i, len(steps))
 
 
 def panes_view(inline_rejected: bool, last: dict | None) -> tuple:

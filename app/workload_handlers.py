@@ -16,7 +16,7 @@ import gradio as gr
 
 from specdec_core import DraftConfig, Summary
 
-from . import charts
+from . import workload_charts
 from .decoders import both_runs, plain_run, prompted_target, run_to_end, spec_run
 from .inputs import number, parse_settings, shown_as_message
 from .race import PLAIN, SPEC
@@ -69,8 +69,8 @@ def run_workload(
             yield running, _table(rows, TABLE_COLUMNS), gr.skip(), gr.skip()
             rows.append(_measured_row(item, target, drafter, k, adaptive, max_new_tokens))
             done = f"Done {i + 1} of {len(prompts)}."
-            yield done, _table(rows, TABLE_COLUMNS), charts.workload_figure(rows), gr.skip()
-    yield _advice(rows), _table(rows, TABLE_COLUMNS), charts.workload_figure(rows), _write_downloads(rows)
+            yield done, _table(rows, TABLE_COLUMNS), workload_charts.workload_figure(rows), gr.skip()
+    yield _advice(rows), _table(rows, TABLE_COLUMNS), workload_charts.workload_figure(rows), _write_downloads(rows)
 
 
 def _measured_row(
@@ -171,7 +171,7 @@ def run_sweep(prompt: str, target: str, drafter: str, max_new_tokens: float) -> 
                     "mean_accepted_length": round(spec.mean_accepted_length, 2),
                 }
             )
-            yield f"k = {k} done.", charts.sweep_figure(rows), _table(rows, SWEEP_COLUMNS)
+            yield f"k = {k} done.", workload_charts.sweep_figure(rows), _table(rows, SWEEP_COLUMNS)
     best = max(rows, key=lambda r: r["speedup"])
     status = f"Best k = {best['k']}: {best['speedup']:.2f}× (acceptance {best['acceptance_rate']})."
-    yield status, charts.sweep_figure(rows), _table(rows, SWEEP_COLUMNS)
+    yield status, workload_charts.sweep_figure(rows), _table(rows, SWEEP_COLUMNS)

@@ -6,7 +6,7 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import pytest
 
-from app import charts, views
+from app import explainer_charts, race_charts, views
 from app.race import PLAIN, SPEC, Race, interleave
 from specdec_core import (
     GenerationConfig,
@@ -68,7 +68,7 @@ def test_pane_reads_as_the_output_with_one_marker_per_step_of_refused_drafts(rac
 
 def test_tree_view_draws_a_chain_as_one_branch_and_a_tree_with_siblings(race, text):
     chain_step = next(s for s in race.spec_steps if s.rejected_count)
-    fig = charts.tree_figure(chain_step, text, 0, 1)
+    fig = race_charts.tree_figure(chain_step, text, 0, 1)
     names = {t.name for t in fig.data if t.name}
     assert "accepted" in names or chain_step.accepted_count == 0
     drawn = sum(len(t.x) for t in fig.data if t.name in ("accepted", "rejected", "unverified"))
@@ -87,14 +87,14 @@ def test_tree_view_draws_a_chain_as_one_branch_and_a_tree_with_siblings(race, te
         draft_seconds=0.01,
         verify_seconds=0.05,
     )
-    fig = charts.tree_figure(tree_step, text, 2, 5)
+    fig = race_charts.tree_figure(tree_step, text, 2, 5)
     groups = {t.name: len(t.x) for t in fig.data if t.name in ("accepted", "rejected", "unverified")}
     assert groups == {"accepted": 2, "rejected": 1, "unverified": 2}  # node 0 refused; its children never reached
     assert (
         "bonus" in {t.name for t in fig.data}
         and "min(1, p/q)" in next(t for t in fig.data if t.name == "accepted").hovertext[0]
     )
-    assert charts.tree_figure(None, text).layout.annotations  # before any draft: a note, not an error
+    assert race_charts.tree_figure(None, text).layout.annotations  # before any draft: a note, not an error
 
 
 def test_model_text_is_escaped(race, text):
@@ -128,7 +128,7 @@ def test_race_interleaves_by_own_clock(race):
 
 
 def test_race_chart_has_all_four_panels(race):
-    fig = charts.race_figure(race)
+    fig = race_charts.race_figure(race)
     assert isinstance(fig, go.Figure)
     names = {(t.type, t.xaxis) for t in fig.data}
     assert {"x", "x2", "x3", "x4"} <= {axis for _, axis in names}
@@ -154,7 +154,7 @@ def test_a_step_whose_answer_ends_inside_its_path_shows_only_what_was_emitted(te
         verify_seconds=0.05,
     )
     assert step.emitted_path == (0, 1) and step.accepted_after_end == (2,) and not step.next_emitted
-    fig = charts.tree_figure(step, text, 0, 1)
+    fig = race_charts.tree_figure(step, text, 0, 1)
     groups = {t.name: len(t.x) for t in fig.data if t.name}
     assert groups["accepted"] == 2 and groups[views.AFTER_END] == 1 and groups["rejected"] == 1
     assert not {"bonus", "correction"} & set(groups)  # the target's own token never reached the output
@@ -186,7 +186,7 @@ def test_sampling_race_makes_no_identity_claim(target_model, draft_model, text):
 
 
 def test_theory_chart_plots_the_measured_point(race):
-    fig = charts.theory_figure(0.8, 0.2, 4, race, None)
+    fig = explainer_charts.theory_figure(0.8, 0.2, 4, race, None)
     stars = [t for t in fig.data if t.marker and t.marker.symbol == "star"]
     assert stars and stars[0].y[0] == pytest.approx(race.speedup)
     assert len(fig.data) == 4  # ideal line, your k, last race's line, the star: no curve line without a curve
@@ -194,7 +194,7 @@ def test_theory_chart_plots_the_measured_point(race):
 
 def test_theory_chart_with_a_measured_cost_curve_lies_below_the_ideal(race):
     curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
-    fig = charts.theory_figure(0.8, 0.2, 4, race, curve)
+    fig = explainer_charts.theory_figure(0.8, 0.2, 4, race, curve)
     ideal, measured = fig.data[0], fig.data[1]
     assert measured.y[0] == pytest.approx(ideal.y[0])  # k = 0: plain decoding either way
     assert all(m < i for m, i in zip(measured.y[1:], ideal.y[1:]))
@@ -203,14 +203,14 @@ def test_theory_chart_with_a_measured_cost_curve_lies_below_the_ideal(race):
 
 def test_cost_curve_chart_plots_every_width():
     curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
-    fig = charts.cost_curve_figure(curve)
+    fig = explainer_charts.cost_curve_figure(curve)
     assert list(fig.data[0].x) == list(range(1, 18)) and fig.data[0].y[0] == 1.0
     assert len(fig.data) == 2  # the short curve and the ideal: no long curve was measured
 
 
 def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
     short = tuple(0.05 * (1 + 0.1 * n) for n in range(17))
-    fig = charts.cost_curve_figure(CostCurve(short, tuple(0.06 * (1 + 0.2 * n) for n in range(17))))
+    fig = explainer_charts.cost_curve_figure(CostCurve(short, tuple(0.06 * (1 + 0.2 * n) for n in range(17))))
     assert len(fig.data) == 3 and "1,024" in fig.data[1].name
     assert fig.data[1].y[-1] > fig.data[0].y[-1]  # wide passes dearer behind the long context
 
@@ -220,11 +220,13 @@ def test_the_learning_curve_marks_where_training_moved_to_another_corpus():
     the tokens seen when the move came, and none is drawn while every run read the same corpus."""
     curve = [{"epoch": e, "train_tokens": 1000 * e, "heldout_top1": [0.1 * e, 0.1 * e]} for e in (1.0, 2.0, 2.5, 3.0)]
     runs = [{"corpus": "data/a", "epochs": 1}, {"corpus": "data/a", "epochs": 1}, {"corpus": "data/b", "epochs": 1}]
-    fig = charts.learning_curve_figure(curve, runs)
+    fig = explainer_charts.learning_curve_figure(curve, runs)
     assert [shape.x0 for shape in fig.layout.shapes] == [2000]
     assert "data/b" in fig.layout.annotations[0].text
-    assert not charts.learning_curve_figure(curve, runs[:2] + [{"corpus": "data/a", "epochs": 1}]).layout.shapes
-    assert len(fig.data) == 2 and not charts.learning_curve_figure(curve).layout.shapes
+    assert not explainer_charts.learning_curve_figure(
+        curve, runs[:2] + [{"corpus": "data/a", "epochs": 1}]
+    ).layout.shapes
+    assert len(fig.data) == 2 and not explainer_charts.learning_curve_figure(curve).layout.shapes
 
 
 def test_head_intro_states_the_training_its_curve_records_and_the_agreement_saved_beside_it():
