@@ -10,19 +10,23 @@ from specdec_core.drafters.eagle_head import AGREEMENT_NAME, CURVE_NAME, trainin
 from specdec_core.drafters.head_variants import DRAFT_EAGLE_PREFIX, HEADS_DIR
 from specdec_core.drafters.hybrid import HybridDrafter
 
-INTRO = (
-    r"""
-### Why speculative decoding works
+from .explainer_point import Fit, RacePoint
+
+WHAT_IT_IS = r"""
+### 1. What speculative decoding is
 
 A large model generates one token per forward pass, and on most hardware that pass costs about the
 same whether it scores one token or five: the time goes into reading the weights, not into the arithmetic.
 Speculative decoding exploits that. A cheap **draft** guesses the next $k$ tokens $x_1 \dots x_k$; the
 **target** scores all of them in **one** pass and keeps the longest prefix it agrees with, plus one token of its own.
+"""
 
-### The acceptance rule (Leviathan et al. 2022; Chen et al. 2023)
+WHY_EXACT = (
+    r"""
+### 2. Why the output is exactly the target's
 
-With $p_i$ the target's and $q_i$ the draft's distribution at position $i$ """
-    r"""(after the same temperature, top-k and top-p):
+**The acceptance rule** (Leviathan et al. 2022; Chen et al. 2023). With $p_i$ the target's and $q_i$ the draft's
+distribution at position $i$ (after the same temperature, top-k and top-p):
 
 $$\text{accept } x_i \text{ with probability } \min\left(1, \frac{p_i(x_i)}{q_i(x_i)}\right)$$
 
@@ -33,15 +37,18 @@ $$x_i' \sim \operatorname{norm}\big(\max(0,\ p_i - q_i)\big)$$
 and if all $k$ are accepted a **bonus** token is drawn from $p_{k+1}$. Greedy decoding is the limit: accept while
 $\arg\max p_i = x_i$; the first mismatch is replaced by $\arg\max p_i$.
 
-**Why the output is exactly the target's.** A token $x$ comes out either as an accepted draft,
+**Why nothing is lost.** A token $x$ comes out either as an accepted draft,
 with probability $q(x)\min(1, p(x)/q(x)) = \min(q(x), p(x))$, or through a rejection followed by the residual,
 with probability $\big(1 - \sum_y \min(p(y), q(y))\big)\cdot """
     r"""\frac{\max(0, p(x) - q(x))}{\sum_y \max(0, p(y)-q(y))} = p(x) - \min(p(x), q(x))$.
 The two add up to $p(x)$: no quality is lost, whatever the draft. The draft only decides the speed.
+"""
+)
 
-### How much faster?
+WHEN_IT_PAYS = r"""
+### 3. When it pays
 
-With acceptance rate $a$ (the chance that a draft token is accepted), each target pass yields on average
+With acceptance rate $a$ (the chance that a drafted position is accepted), each target pass yields on average
 
 $$E[\text{tokens per pass}] = \frac{1 - a^{k+1}}{1 - a}$$
 
@@ -50,19 +57,57 @@ and if one draft step costs $c$ target steps, the expected speedup over plain de
 $$S(a, c, k) = \frac{1 - a^{k+1}}{(1 - a)(k\,c + 1)}$$
 
 A longer draft helps only while $a$ is high and $c$ low. Predictable text (JSON, code edits, copying from the prompt)
-has high $a$; creative text sampled at temperature 1 has low $a$, and speculation can then be slower """
-    r"""than plain decoding.
-The formula assumes verifying $k$ tokens costs one ordinary pass. On a GPU that is nearly true; on a CPU a pass over
-$k+1$ tokens costs more, by a factor $T(k+1)/T(1)$ that this app measures on the machine it runs on (below), so
+has high $a$; creative text sampled at temperature 1 has low $a$, and speculation can then be slower than plain
+decoding. The formula assumes verifying $k$ tokens costs one ordinary pass. On a GPU that is nearly true; on a CPU a
+pass over $k+1$ tokens costs more, by a factor $T(k+1)/T(1)$ that this app measures on the machine it runs on
+(section 4), so
 
 $$S(a, c, k) = \frac{E[\text{tokens per pass}]}{T(k+1)/T(1) + k\,c}$$
 
-The chart shows both: the ideal, and the same $a$, $c$, $k$ with this machine's measured cost curve.
-Move the sliders, then compare with the star: the speedup measured in your last race, at its measured $a$ and $c$.
+The chart shows both: the ideal, and the same $a$, $c$, $k$ with this machine's measured cost curve; the star is
+your last race, placed by what it measured.
 """
-)
 
-MACHINE_INTRO = """### This machine's costs
+DEFINITIONS = """
+- **Acceptance per drafted node** (the race's summary) is accepted drafts ÷ drafted nodes, every node of a tree and \
+of a lookup chain counted, so it is not the formula's $a$.
+- **Accepted tokens per target pass** is tokens emitted ÷ target passes: the accepted drafts plus the target's own \
+token, over every pass of the speculative side.
+- **Speculative steps and target passes**: a speculative step drafts and verifies in one target pass; the other \
+passes (the prompt's, and those where adaptive $k$ chose $k$ = 0 or the drafter had nothing to offer) are plain steps \
+of one token each, so target passes = speculative steps + plain steps.
+- **The star** sits at the race's mean draft depth over its target passes (a plain step counts 0; the UI's $k$ limits \
+only the head's depth, the hybrid's lookup chains run longer) at its measured speedup = accepted tokens per target \
+pass × the plain side's seconds per token ÷ the mean seconds per target pass.
+- **Its dashed curve** has for $c$ what a pass cost beyond the verification at that depth, per drafted position, in \
+plain passes, and for $a$ the acceptance per position that gives the measured tokens per target pass at that depth; \
+*Use my last race's a, c and k* puts them on the sliders.
+"""
+
+NO_RACE_YET = "*Run a race on the Race tab: its point and its curve appear on the chart.*"
+
+
+def race_point_text(point: RacePoint, fitted: Fit, node_acceptance: float, ui_k: int) -> str:
+    """The last race's measurements behind its star, with the definitions above, and the a, c, k fitted to them."""
+    plain_steps = point.target_passes - point.speculative_steps
+    cheap = (
+        " Its passes cost less than this machine's verification curve says at that depth (the curve was timed at "
+        "load, on a CPU shared with others), so $c$ is 0 and $a$ is raised until the curve meets the star."
+        if fitted.cheap_passes
+        else ""
+    )
+    return (
+        f"**Your last race** (UI $k$ = {ui_k}): {point.target_passes} target passes = {point.speculative_steps} "
+        f"speculative steps + {plain_steps} plain step{'s' * (plain_steps != 1)}; "
+        f"acceptance per drafted node {node_acceptance:.0%}; "
+        f"{point.tokens_per_pass:.2f} accepted tokens per target pass at a mean draft depth of {point.depth:.1f}; "
+        f"a target pass cost {point.pass_cost:.2f} of the plain side's seconds per token, so "
+        f"{point.tokens_per_pass:.2f} ÷ {point.pass_cost:.2f} = {point.speedup:.2f}×. Its curve: "
+        f"$a$ = {fitted.a:.3f}, $c$ = {fitted.c:.3f}, $k$ = {fitted.k}.{cheap}"
+    )
+
+
+MACHINE_INTRO = """### 4. This machine's costs
 Every cost here is measured on the machine the app runs on, when a model first loads (a few seconds, then cached
 per CPU model, instruction set, thread count and library versions): which matrix kernels are fastest, what a
 target pass over $n$ tokens costs against one token, and one draft pass of each drafter ($c$). The curve is measured
@@ -71,9 +116,10 @@ prompt (a passage to summarize) a wide pass costs more, and adaptive $k$, trees 
 step's context length. Numbers from another machine would be wrong here: CPUs with AVX-512 BF16 run bfloat16
 through oneDNN, AVX2-only CPUs cannot, and wider passes cost more on some CPUs than on others."""
 
-STEP_INTRO = """### One step, taken apart
-Replays the real steps of your last race: what the draft proposed, the target's probability for each token,
-the acceptance probability min(1, p/q), and which token the target added."""
+STEP_INTRO = """### 5. Your last race, step by step
+Replays the speculative steps of your last race: what the draft proposed, the target's probability for each token,
+the probability with which the rule accepted it, and which token the target added. Target passes without a draft
+(plain steps) are not replayed; the slider says how many there were."""
 
 HEADLINES = f"""
 **Published numbers.** Leviathan et al.: 2-3× on T5-XXL with identical outputs. Chen et al.: 2-2.5× on Chinchilla 70B.
@@ -154,13 +200,27 @@ def head_realistic_agreement() -> dict[str, list[float]]:
     return _shipped_head_file(AGREEMENT_NAME).get("suites", {}).get("realistic", {})
 
 
-TREE_INTRO = """### Chains and trees
+# The template-trained head shipped before this one, on its own held-out prompts: top-1 and top-3 agreement.
+EARLIER_HEAD_TOP1, EARLIER_HEAD_TOP3 = 0.50, 0.68
+# The share of the first guess's misses that its second or third guess caught: a tree's best-of-3 at chain
+# agreement a is a + (1 - a) x this share, never below a.
+SECOND_GUESS_CATCH = (EARLIER_HEAD_TOP3 - EARLIER_HEAD_TOP1) / (1 - EARLIER_HEAD_TOP1)
+CHAIN_AGREEMENT = 0.8  # the a slider's default
+
+
+def tree_agreement(a: float) -> float:
+    """Agreement of the best of the top-3 guesses per level, for chain agreement a (SECOND_GUESS_CATCH)."""
+    return round(a + (1 - a) * SECOND_GUESS_CATCH, 2)
+
+
+TREE_INTRO = f"""### Chains and trees
 A chain drafts one guess per position; a **tree** (EAGLE-2, SpecInfer) drafts several, and one target pass checks
 them all with a tree attention mask: each guess sees only its own ancestors. A level is accepted when *any* of its
-guesses is right, so a tree gains where the draft's second or third choice is often the right one (the template-trained
-head shipped before this one: top-1 / top-3 agreement 0.50 / 0.68 with the target on its own held-out prompts). \
-The price is a wider
-verification pass: on a GPU nearly free, on a CPU measured by $T(n)/T(1)$ below. So the app sizes every tree from
-this machine's curve: of the guesses ranked by their path's draft probability (the tokens each is expected to
-add), it keeps the number that gives the most expected tokens per unit of the step's cost, the wider pass and the
-drafting together. The race tab draws each step's tree."""
+guesses is right, so a tree gains where the draft's second or third choice is often the right one, and its agreement
+is never below the chain's $a$ (the template-trained head shipped before this one: top-1 / top-3 agreement \
+{EARLIER_HEAD_TOP1:.2f} / {EARLIER_HEAD_TOP3:.2f} with the target on its own held-out prompts, so its second and \
+third guesses caught {SECOND_GUESS_CATCH:.0%} of the first guess's misses; the tree's slider starts there and rises \
+with $a$). The price is a wider verification pass: on a GPU nearly free, on a CPU measured by $T(n)/T(1)$ in \
+section 4. So the app sizes every tree from this machine's curve: of the guesses ranked by their path's draft \
+probability (the tokens each is expected to add), it keeps the number that gives the most expected tokens per unit \
+of the step's cost, the wider pass and the drafting together. The race tab draws each step's tree."""

@@ -13,12 +13,14 @@ from specdec_core import expected_speedup, expected_tokens_per_step
 from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve
 
 from .chart_style import COLORS, legend_on_top, style
+from .explainer_point import fit, race_point
 from .race import Race
 
 
 def theory_figure(a: float, c: float, k: int, measured: Race | None, curve: CostCurve | None) -> go.Figure:
     """Expected speedup vs k: the ideal (verification as cheap as one pass) and, where this machine's
-    verification cost curve was measured, with it; the last race on both."""
+    verification cost curve was measured, with it; the last race as a star at its measured point, on the curve of
+    the a and c fitted to it (explainer_point.py)."""
     ks = np.arange(0, LONGEST_VERIFICATION)  # k = 0..16: the drafts the measured curve prices
 
     def line(a: float, c: float, with_curve: bool) -> list[float]:
@@ -48,33 +50,38 @@ def theory_figure(a: float, c: float, k: int, measured: Race | None, curve: Cost
         marker=dict(size=14, symbol="diamond", color=COLORS["accepted"]),
         name=f"your k={k}",
     )
-    if measured is not None and measured.acceptance_rate is not None and measured.c is not None and measured.speedup:
-        ma, mc = measured.acceptance_rate, measured.c
+    point = race_point(measured) if measured is not None else None
+    if point is not None:
+        fitted = fit(point, curve)
         fig.add_scatter(
             x=ks,
-            y=line(ma, mc, curve is not None),
+            y=line(fitted.a, fitted.c, curve is not None),
             mode="lines",
             line_dash="dash",
             line_color=COLORS["correction"],
-            name=f"at last race's a={ma:.2f}, c={mc:.2f}" + (", measured curve" if curve else ""),
+            name=f"last race's curve: a={fitted.a:.2f}, c={fitted.c:.3f}" + (", measured T" if curve else ""),
         )
         fig.add_scatter(
-            x=[measured.k],
-            y=[measured.speedup],
+            x=[fitted.k],
+            y=[point.speedup],
             mode="markers",
             marker=dict(size=16, symbol="star", color=COLORS["rejected"]),
-            name=f"measured: {measured.speedup:.2f}× at k={measured.k}",
+            name=f"last race: {point.speedup:.2f}×, {point.tokens_per_pass:.2f} tokens a pass, depth {point.depth:.1f}",
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"])
-    fig.update_xaxes(title_text="draft length k")
+    fig.update_xaxes(title_text="draft length k (the star: the race's mean draft depth)")
     fig.update_yaxes(title_text="expected speedup", rangemode="tozero")
-    return legend_on_top(style(fig, height=420))
+    legend_on_top(style(fig, height=440))
+    return fig.update_layout(margin=dict(t=100))  # three rows of legend under the chart's label
 
 
 def chain_vs_tree_figure(a: float, a_width: float, width: int, c: float, curve: CostCurve | None) -> go.Figure:
     """Expected tokens per pass and speedup against depth: a chain accepts a level when the draft's
-    first guess is right (a); a tree of `width` guesses per level when any of them is (a_width), at
-    the price of width x depth nodes in the verification pass, costed with this machine's curve."""
+    first guess is right (a); a tree of `width` guesses per level when any of them is (a_width, never below a:
+    drawn at a, and the legend says so, when set below), at the price of width x depth nodes in the verification pass,
+    costed with this machine's curve."""
+    raised = " (set below a, which it cannot be: drawn at a)" if a_width < a else ""
+    a_width = max(a_width, a)
     depths = np.arange(1, 9)
     chain_tokens = [expected_tokens_per_step(a, int(d)) for d in depths]
     tree_tokens = [expected_tokens_per_step(a_width, int(d)) for d in depths]
@@ -86,10 +93,10 @@ def chain_vs_tree_figure(a: float, a_width: float, width: int, c: float, curve: 
     tree_speed = [
         t / (ratio(int(width * d)) + d * c * 1.3) for t, d in zip(tree_tokens, depths)
     ]  # a wider head pass: ~1.3x
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Expected tokens per target pass", "Expected speedup"))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     for name, tokens, speed, color in (
-        ("chain", chain_tokens, chain_speed, COLORS["spec"]),
-        (f"tree, {width} per level", tree_tokens, tree_speed, COLORS["accepted"]),
+        (f"chain, a={a:.2f}", chain_tokens, chain_speed, COLORS["spec"]),
+        (f"tree, {width} per level, best of them {a_width:.2f}{raised}", tree_tokens, tree_speed, COLORS["accepted"]),
     ):
         fig.add_scatter(x=depths, y=tokens, mode="lines+markers", name=name, line_color=color, row=1, col=1)
         fig.add_scatter(
@@ -97,7 +104,10 @@ def chain_vs_tree_figure(a: float, a_width: float, width: int, c: float, curve: 
         )
     fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=1, col=2)
     fig.update_xaxes(title_text="draft depth k", dtick=1)
-    return legend_on_top(style(fig, height=360))
+    fig.update_yaxes(title_text="tokens per target pass", row=1, col=1)
+    fig.update_yaxes(title_text="expected speedup", row=1, col=2)
+    legend_on_top(style(fig, height=360))
+    return fig.update_layout(margin=dict(l=64))  # room for the left axis's title
 
 
 def cost_curve_figure(curve: CostCurve) -> go.Figure:

@@ -13,6 +13,8 @@ from specdec_core.models import default_dtype
 from specdec_core.tuning import TargetTuning, c_at_load, draft_pass, tuning_of
 
 from . import explainer_charts, views
+from .explainer import NO_RACE_YET, race_point_text, tree_agreement
+from .explainer_point import fit, race_point
 from .presets import DRAFT_LABELS, default_target, preset_for
 
 
@@ -31,35 +33,55 @@ def theory_view(a: float, c: float, k: float, last: dict | None) -> go.Figure:
     return explainer_charts.theory_figure(float(a), float(c), int(k), race, _measured_curve(last))
 
 
+def race_point_view(last: dict | None) -> str:
+    """The measurements behind the last race's star and the a, c, k fitted to them."""
+    race = last["race"] if last else None
+    point = race_point(race) if race else None
+    if point is None:
+        return NO_RACE_YET
+    return race_point_text(point, fit(point, _measured_curve(last)), race.acceptance_rate, race.k)
+
+
 def tree_theory_view(a: float, a_width: float, width: float, c: float, last: dict | None) -> go.Figure:
     return explainer_charts.chain_vs_tree_figure(float(a), float(a_width), int(width), float(c), _measured_curve(last))
 
 
-def machine_view(last: dict | None) -> tuple[str, object]:
-    """This machine's measured costs for the last race's target (or the default): kernels, the
-    verification cost curve, each drafter's c."""
+def raised_tree_agreement(a: float, a_width: float) -> float:
+    """The tree's best-of-level agreement, raised when a moved above it (the best guess of several is right at
+    least as often as the first)."""
+    return tree_agreement(float(a)) if a_width < a else gr.skip()
+
+
+def machine_view(last: dict | None) -> tuple[str, str, object]:
+    """This machine's measured costs for the last race's target (or the default): the verification cost curve,
+    each drafter's c; apart, the kernels timed by pass width."""
     target = _target(last)
     tuning = tuning_of(target, default_dtype())
     if tuning is None:
         return (
-            f"**{this_machine().kind}.** Costs are measured when `{target}` first loads on this machine "
-            "(a few seconds, then cached): run a race, then come back."
-        ), gr.skip()
+            (
+                f"**{this_machine().kind}.** Costs are measured when `{target}` first loads on this machine "
+                "(a few seconds, then cached): run a race, then come back."
+            ),
+            gr.skip(),
+            gr.skip(),
+        )
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
         *_c_lines(tuning),
         *_drafter_cost_lines(target),
         *_tree_size_lines(last),
     ]
-    return "\n".join(lines), explainer_charts.cost_curve_figure(tuning.curve)
+    kernels = "\n".join(
+        [f"{tuning.kernels.describe(timings=False)}; a whole pass by kernel:", *views.kernel_table(tuning)]
+    )
+    return "\n".join(lines), kernels, explainer_charts.cost_curve_figure(tuning.curve)
 
 
 def _c_lines(tuning: TargetTuning) -> list[str]:
-    """The kernels chosen, then one target pass's time by width, at a short and (where measured) a long context."""
+    """One target pass's time by width, at a short and (where measured) a long context."""
     curve = tuning.curve
     lines = [
-        f"- {tuning.kernels.describe(timings=False)}",  # the timings follow as a table by width
-        *views.kernel_table(tuning),
         f"- one target pass behind {CONTEXT_TOKENS} cached tokens: {1000 * curve.seconds[0]:.1f} ms for 1 token; "
         f"{curve.describe()}",
     ]
@@ -102,11 +124,12 @@ def _tree_size_lines(last: dict | None) -> list[str]:
 
 
 def measured_values(last: dict | None) -> tuple:
-    """The last race's measured a and c, to put on the sliders."""
-    race = last["race"] if last else None
-    if race is None or race.acceptance_rate is None or race.c is None:
+    """The a, c and k fitted to the last race's measured point, to put on the sliders: their curve meets its star."""
+    point = race_point(last["race"]) if last else None
+    if point is None:
         return gr.skip(), gr.skip(), gr.skip()
-    return round(race.acceptance_rate, 3), round(min(race.c, 2.0), 3), race.k
+    fitted = fit(point, _measured_curve(last))
+    return fitted.a, fitted.c, fitted.k
 
 
 def step_view(index: float, last: dict | None) -> str:
@@ -119,5 +142,14 @@ def step_view(index: float, last: dict | None) -> str:
 
 
 def step_slider(last: dict | None) -> gr.Slider:
-    total = len(last["race"].spec_steps) if last else 0
-    return gr.Slider(minimum=1, maximum=max(total, 2), value=1, step=1, interactive=total > 1)
+    """The slider over the last race's speculative steps, saying how many target passes went without a draft."""
+    race = last["race"] if last else None
+    total = len(race.spec_steps) if race else 0
+    plain = len(race.spec.steps) - total if race else 0
+    info = (
+        f"{total} speculative steps of {total + plain} target passes; {plain} had no draft (the prompt's, "
+        "and plain steps where adaptive k chose k = 0 or the drafter had nothing to offer)"
+        if race
+        else None
+    )
+    return gr.Slider(minimum=1, maximum=max(total, 2), value=1, step=1, interactive=total > 1, info=info)

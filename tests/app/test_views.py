@@ -6,7 +6,7 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import pytest
 
-from app import explainer_charts, race_charts, views
+from app import race_charts, views
 from app.race import PLAIN, SPEC, Race, interleave
 from specdec_core import (
     GenerationConfig,
@@ -14,7 +14,6 @@ from specdec_core import (
     SamplingConfig,
     SpecStep,
     autoregressive,
-    expected_speedup,
     speculative,
 )
 from specdec_core.costs import CostCurve
@@ -183,75 +182,6 @@ def test_sampling_race_makes_no_identity_claim(target_model, draft_model, text):
         race.add(side, event)
     assert race.identical is None
     assert "n/a: sampling keeps the distribution" in views.summary_html(race)
-
-
-def test_theory_chart_plots_the_measured_point(race):
-    fig = explainer_charts.theory_figure(0.8, 0.2, 4, race, None)
-    stars = [t for t in fig.data if t.marker and t.marker.symbol == "star"]
-    assert stars and stars[0].y[0] == pytest.approx(race.speedup)
-    assert len(fig.data) == 4  # ideal line, your k, last race's line, the star: no curve line without a curve
-
-
-def test_theory_chart_with_a_measured_cost_curve_lies_below_the_ideal(race):
-    curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
-    fig = explainer_charts.theory_figure(0.8, 0.2, 4, race, curve)
-    ideal, measured = fig.data[0], fig.data[1]
-    assert measured.y[0] == pytest.approx(ideal.y[0])  # k = 0: plain decoding either way
-    assert all(m < i for m, i in zip(measured.y[1:], ideal.y[1:]))
-    assert measured.y[4] == pytest.approx(expected_speedup(0.8, 4, 0.2, curve.ratio(5)))
-
-
-def test_cost_curve_chart_plots_every_width():
-    curve = CostCurve(tuple(0.05 * (1 + 0.1 * n) for n in range(17)))
-    fig = explainer_charts.cost_curve_figure(curve)
-    assert list(fig.data[0].x) == list(range(1, 18)) and fig.data[0].y[0] == 1.0
-    assert len(fig.data) == 2  # the short curve and the ideal: no long curve was measured
-
-
-def test_cost_curve_chart_draws_the_long_context_curve_where_measured():
-    short = tuple(0.05 * (1 + 0.1 * n) for n in range(17))
-    fig = explainer_charts.cost_curve_figure(CostCurve(short, tuple(0.06 * (1 + 0.2 * n) for n in range(17))))
-    assert len(fig.data) == 3 and "1,024" in fig.data[1].name
-    assert fig.data[1].y[-1] > fig.data[0].y[-1]  # wide passes dearer behind the long context
-
-
-def test_the_learning_curve_marks_where_training_moved_to_another_corpus():
-    """Points after the move are measured on the new corpus's held-out conversations: a dotted line says so at
-    the tokens seen when the move came, and none is drawn while every run read the same corpus."""
-    curve = [{"epoch": e, "train_tokens": 1000 * e, "heldout_top1": [0.1 * e, 0.1 * e]} for e in (1.0, 2.0, 2.5, 3.0)]
-    runs = [{"corpus": "data/a", "epochs": 1}, {"corpus": "data/a", "epochs": 1}, {"corpus": "data/b", "epochs": 1}]
-    fig = explainer_charts.learning_curve_figure(curve, runs)
-    assert [shape.x0 for shape in fig.layout.shapes] == [2000]
-    assert "data/b" in fig.layout.annotations[0].text
-    assert not explainer_charts.learning_curve_figure(
-        curve, runs[:2] + [{"corpus": "data/a", "epochs": 1}]
-    ).layout.shapes
-    assert len(fig.data) == 2 and not explainer_charts.learning_curve_figure(curve).layout.shapes
-
-
-def test_head_intro_states_the_training_its_curve_records_and_the_agreement_saved_beside_it():
-    """The explainer's account of the head names the answer tokens and epochs of the shipped head's own curve, the
-    corpora its runs read, and its weakest and strongest categories from the agreement measured beside it (none
-    typed in by hand)."""
-    from app.explainer import head_intro, head_realistic_agreement, head_training
-
-    curve = [{"train_tokens": 4_500_000, "epoch": 4.0}]
-    assert "4.50M answer tokens seen over 4 epochs;" in head_intro(curve, {})
-    runs = [{"corpus": "data/a", "epochs": 2}, {"corpus": "data/a", "epochs": 1}, {"corpus": "data/b", "epochs": 1}]
-    assert "over 4 epochs (3 over `data/a`, 1 over `data/b`)" in head_intro(curve, {}, runs)
-    measured = {"translation": [0.204, 0.3], "code_edit": [0.7, 0.6], "writing": [0.5, 0.4], "all": [0.451, 0.4]}
-    text = head_intro(curve, measured)
-    assert "20% (translation) to 70% (code edit) of the time by category (0.45 over all)" in text
-    assert "guesses the first token" not in head_intro(curve, {}) and "n-gram lookup adds the copies" in head_intro(
-        curve, {}
-    )
-    shipped = head_realistic_agreement()
-    assert shipped["all"] and all(0 < v[0] < 1 for v in shipped.values())
-    weakest = min((v[0], c) for c, v in shipped.items() if c != "all")
-    shipped_curve, shipped_runs = head_training()
-    shipped_text = head_intro(shipped_curve, shipped, shipped_runs)
-    assert re.search(r"\d\.\d\dM answer tokens seen over \d+ epochs \(\d+ over `data/draft-corpus`", shipped_text)
-    assert f"{weakest[0]:.0%} ({weakest[1].replace('_', ' ')})" in shipped_text
 
 
 def test_kernel_table_times_each_width_and_bolds_the_kernel_its_plan_runs():
