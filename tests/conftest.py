@@ -1,5 +1,6 @@
-"""Shared fixtures: tiny random models built in the test, the embedded model (loaded once), and a package
-registry stand-in on loopback serving the embedded model's wheel."""
+"""Shared fixtures: tiny random models built in the test, the embedded model (loaded once), a package registry
+stand-in on loopback serving the embedded model's wheel, and a vLLM server on loopback serving the embedded model
+with n-gram speculation (started once per run, for the served-model tests here and in tests/app/)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,17 @@ import contextlib
 import hashlib
 import http.server
 import importlib.metadata
+import json
 import os
+import signal
+import socket
+import subprocess
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -22,6 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
 # timings another machine left (the converted embedded model stays in the usual cache: it is the same anywhere).
 os.environ.setdefault("SPECDEC_TUNING_DIR", tempfile.mkdtemp(prefix="specdec-tuning-"))
 
+import httpx
 import pytest
 import torch
 from tokenizers import Tokenizer
@@ -196,3 +204,146 @@ def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
     """A tokenizer of whole words: tokens whose strings are known, for vocabulary checks and token views."""
     vocab = {w: i for i, w in enumerate(["<unk>"] + words)}
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>")
+
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # scripts/setup.sh --test
+VLLM_START_SECONDS = 400  # about 100 s alone on 2 cores; more while other tests share them
+VLLM_MODEL = "smollm2-135m-ngram"
+VLLM_SPECULATION = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    url: str  # the OpenAI-compatible base URL, ending in /v1
+    model: str
+    speculation: dict
+
+
+def loopback_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """Stops a process started in its own session and every process it started (vLLM's engine core)."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            os.killpg(process.pid, signal.SIGKILL)  # children that outlive the parent
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory) -> Iterator[ServedModel]:
+    """vLLM's CPU build on loopback serving the converted embedded model with n-gram speculation; stopped, its
+    whole process group, at the end of the run."""
+    from specdec_core.models import _embedded_converted
+
+    assert VLLM_PYTHON.exists(), "vLLM's venv is missing: run `bash scripts/setup.sh --test`"
+    port = loopback_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    command = [
+        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(_embedded_converted()), "--served-model-name", VLLM_MODEL,
+        "--dtype", "float32", "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port),
+        "--speculative-config", json.dumps(VLLM_SPECULATION),
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    with log.open("w") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/health", process, log)
+        yield ServedModel(f"http://127.0.0.1:{port}/v1", VLLM_MODEL, VLLM_SPECULATION)
+    finally:
+        stop_group(process)
+
+
+def wait_healthy(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + VLLM_START_SECONDS
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"vLLM did not become healthy within {VLLM_START_SECONDS} s:\n" + log.read_text()[-3000:])
+
+
+STAND_IN_MODEL = "stand-in"
+STAND_IN_SLOW_SECONDS = 6.0  # longer than the clients' timeouts in the tests that use it
+
+
+class StandInHandler(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible server on loopback for the failures a real vLLM cannot show cheaply, by path prefix:
+    /plain serves chat completions without speculation (no speculative counters: a second vLLM without them would
+    take another start of over 100 s), /slow answers after STAND_IN_SLOW_SECONDS, /html answers a web page, /echo
+    refuses the request and repeats its Authorization header in the error."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/plain/metrics":
+            self._send(200, "text/plain", b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n")
+        elif self.path.endswith("/v1/models"):
+            self._json(200, {"object": "list", "data": [{"id": STAND_IN_MODEL, "object": "model"}]})
+        else:
+            self._send(404, "text/plain", b"not found")
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        kind = self.path.split("/")[1]
+        if kind == "slow":
+            time.sleep(STAND_IN_SLOW_SECONDS)
+        if kind == "html":
+            self._send(200, "text/html", b"<html><body>Welcome to our homepage</body></html>")
+        elif kind == "echo":
+            self._json(400, {"error": {"message": f"bad request from {self.headers['Authorization']}"}})
+        elif body["model"] != STAND_IN_MODEL:
+            self._json(404, {"error": {"message": "no such model", "type": "NotFoundError"}})
+        else:
+            self._stream(["Hello", " there", "!"])
+
+    def _stream(self, pieces: list[str]) -> None:
+        chunk = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": STAND_IN_MODEL}
+        events = [{**chunk, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]} for p in pieces]
+        events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        usage = {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)}
+        events.append({**chunk, "choices": [], "usage": usage})
+        data = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+        self._send(200, "text/event-stream", data.encode())
+
+    def _json(self, status: int, payload: dict) -> None:
+        self._send(status, "application/json", json.dumps(payload).encode())
+
+    def _send(self, status: int, content_type: str, data: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (the slow server's test)
+            pass
+
+
+@pytest.fixture(scope="session")
+def openai_stand_in() -> Iterator[str]:
+    """The stand-in's root URL on loopback (add /plain/v1, /slow/v1, /html/v1 or /echo/v1); stopped after the run."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInHandler)
+    server.daemon_threads = True  # a slow answer still sleeping does not hold up the shutdown
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
