@@ -7,11 +7,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specdec_core import SpecStep
+from specdec_core.events import DRAFT_MODEL, HEAD, LOOKUP, LOOKUP_AND_HEAD
 from specdec_core.tree import depths
 
 from .chart_style import COLORS, legend_on_top, style
 from .race import Race
-from .views import AFTER_END, draft_q
+from .views import AFTER_END, RULE_VALUES, SOURCE_NAMES, draft_makeup, node_probs
+
+SOURCE_SYMBOLS = {LOOKUP: "diamond", HEAD: "circle", DRAFT_MODEL: "circle", LOOKUP_AND_HEAD: "hexagon"}
+SOURCE_MARKS = {LOOKUP: "◆", HEAD: "●", DRAFT_MODEL: "●", LOOKUP_AND_HEAD: "⬢"}
+STAR_OFFSET = 0.5  # rows above the last accepted node's refused children
+ROW_PIXELS = 46  # height per leaf: labels sit above their node and must clear the row above
+TREE_MAX_HEIGHT = 900
 
 
 def race_figure(race: Race) -> go.Figure:
@@ -19,10 +26,10 @@ def race_figure(race: Race) -> go.Figure:
         rows=2,
         cols=2,
         subplot_titles=(
-            "Per step: accepted (bars), drafted (line: chain or tree size)",
-            "Accepted depth per step (blue: the whole draft)",
-            "Tokens / s, each on its own clock",
-            "Running speedup (tokens ahead at equal time)",
+            "Per step with a draft: accepted (bars), drafted nodes (line)",
+            "Steps by accepted depth",
+            "Tokens / s so far, each on its own clock",
+            "Speedup so far (speculative ÷ target-only tokens / s)",
         ),
         vertical_spacing=0.2,
         horizontal_spacing=0.1,
@@ -52,21 +59,17 @@ def race_figure(race: Race) -> go.Figure:
         )
         deepest = max(max(depths(s.parents)) for s in steps)
         counts = np.bincount([s.accepted_count for s in steps], minlength=deepest + 1)
-        colors = [COLORS["bonus"] if n == deepest else COLORS["accepted"] for n in range(deepest + 1)]
-        fig.add_bar(x=list(range(deepest + 1)), y=counts, marker_color=colors, row=1, col=2, showlegend=False)
+        fig.add_bar(
+            x=list(range(deepest + 1)), y=counts, marker_color=COLORS["accepted"], row=1, col=2, showlegend=False
+        )
     for side, pane, label in (("plain", race.plain, "target only"), ("spec", race.spec, "speculative")):
         if pane.timeline:
             clock, tokens = zip(*pane.timeline)
             rate = np.array(tokens) / np.maximum(np.array(clock), 1e-9)
             fig.add_scatter(x=clock, y=rate, mode="lines", name=label, line_color=COLORS[side], row=2, col=1)
     if race.plain.timeline and race.spec.timeline:
-        plain_clock, plain_tokens = zip(*race.plain.timeline)
-        spec_clock, spec_tokens = (np.array(v) for v in zip(*race.spec.timeline))
-        reached = spec_clock <= plain_clock[-1]
-        ahead = spec_tokens[reached] / np.maximum(np.interp(spec_clock[reached], plain_clock, plain_tokens), 1e-9)
-        fig.add_scatter(
-            x=spec_clock[reached], y=ahead, mode="lines", line_color=COLORS["spec"], row=2, col=2, showlegend=False
-        )
+        clock, ratio = speedup_so_far(race)
+        fig.add_scatter(x=clock, y=ratio, mode="lines", line_color=COLORS["spec"], row=2, col=2, showlegend=False)
         fig.add_hline(y=1.0, line_dash="dot", line_color=COLORS["plain"], row=2, col=2)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="step", row=1, col=1)
@@ -75,6 +78,22 @@ def race_figure(race: Race) -> go.Figure:
     fig.update_xaxes(title_text="speculative clock (s)", row=2, col=2)
     fig.update_annotations(font_size=13)
     return style(fig, height=520)
+
+
+def speedup_so_far(race: Race) -> tuple[list[float], list[float]]:
+    """At each moment of either clock, the speculative pane's tokens per second so far over the target-only pane's;
+    a pane that has finished keeps its final rate, so the line ends at the summary's speedup."""
+    plain_clock, plain_tokens = (np.array(v) for v in zip(*race.plain.timeline))
+    spec_clock, spec_tokens = (np.array(v) for v in zip(*race.spec.timeline))
+    clock = np.union1d(plain_clock, spec_clock)
+
+    def rate(own_clock: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        at = np.minimum(clock, own_clock[-1])
+        return np.interp(at, own_clock, tokens, left=0.0) / np.maximum(at, 1e-9)
+
+    plain_rate = rate(plain_clock, plain_tokens)
+    keep = plain_rate > 0
+    return clock[keep].tolist(), (rate(spec_clock, spec_tokens)[keep] / plain_rate[keep]).tolist()
 
 
 def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> go.Figure:
@@ -90,9 +109,10 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
     x, y = _tree_layout(step.parents)
     on_path = {-1, *step.path}
     last = step.path[-1] if step.path else -1
-    # the target's own token hangs below the last accepted node
+    # The target's own token hangs off the last accepted node, half a row above its refused children so the two
+    # never overlap.
     x[len(step.parents)] = x[last] + 1
-    y[len(step.parents)] = y[last] if last >= 0 else 0.0
+    y[len(step.parents)] = y[last] + STAR_OFFSET
     for node, parent in enumerate(step.parents):
         accepted = node in step.path
         fig.add_scatter(
@@ -133,7 +153,12 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
                 name=name,
                 text=[_label(text(step.draft_tokens[n])) for n in nodes],
                 textposition="top center",
-                marker=dict(size=16, color=colors[name], line=dict(width=1, color="#555")),
+                marker=dict(
+                    size=16,
+                    color=colors[name],
+                    symbol=[SOURCE_SYMBOLS[step.sources[n]] for n in nodes],
+                    line=dict(width=1, color="#555"),
+                ),
                 hovertext=[_node_hover(step, n, text) for n in nodes],
                 hoverinfo="text",
             )
@@ -161,14 +186,31 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
     ended = "" if step.next_emitted else f" (the answer ended at the end token, depth {len(step.emitted_path)})"
     fig.update_layout(
         title=dict(
-            text=f"Step {index + 1} of {total}: a {shape} of {step.drafted_count} drafted tokens, "
-            f"{step.accepted_count} accepted{ended}",
+            text=f"Step {index + 1} of {total} with a draft: a {shape} of {step.drafted_count} tokens "
+            f"({draft_makeup(step)}), {step.accepted_count} accepted{ended}",
             font_size=14,
         )
     )
+    fig.add_annotation(
+        text=f"Shapes: {source_key(step)} · rule: {RULE_VALUES[step.rule]}",
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=-0.14,
+        showarrow=False,
+        xanchor="left",
+        font=dict(size=12, color=COLORS["plain"]),
+    )
     fig.update_xaxes(title_text="depth (tokens after the context)", dtick=1, zeroline=False)
-    fig.update_yaxes(visible=False)
-    return legend_on_top(style(fig, height=360))
+    fig.update_yaxes(visible=False, range=[min(y.values()) - 0.6, max(y.values()) + 0.9])
+    leaves = sum(1 for node in range(step.drafted_count) if node not in step.parents)
+    return legend_on_top(style(fig, height=min(TREE_MAX_HEIGHT, 240 + ROW_PIXELS * leaves)))
+
+
+def source_key(step: SpecStep) -> str:
+    """The node shapes a step uses, named."""
+    used = dict.fromkeys(step.sources)
+    return " · ".join(f"{SOURCE_MARKS[source]} {SOURCE_NAMES[source]}" for source in SOURCE_NAMES if source in used)
 
 
 def _tree_layout(parents: tuple[int, ...]) -> tuple[dict[int, float], dict[int, float]]:
@@ -200,9 +242,4 @@ def _label(token_text: str) -> str:
 
 
 def _node_hover(step: SpecStep, node: int, text) -> str:
-    q = draft_q(step, node)
-    q_text = "n/a (n-gram guess)" if q is None else f"{q:.3f}"
-    return (
-        f"{text(step.draft_tokens[node])!r} · draft q={q_text} · target p={step.target_probs[node]:.3f} · "
-        f"min(1, p/q)={step.accept_probs[node]:.3f}"
-    )
+    return f"{text(step.draft_tokens[node])!r} · {node_probs(step, node)}"

@@ -13,12 +13,12 @@ import plotly.graph_objects as go
 import torch
 
 from specdec_core import Finished, Summary, load_model
-from specdec_core.drafters import DRAFT_NGRAM
+from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID, DRAFT_NGRAM
 from specdec_core.machine import this_machine
 from specdec_core.models import default_dtype
 from specdec_core.tuning import c_at_load
 
-from . import race_charts, views
+from . import race_charts, rule_charts, views
 from .decoders import both_runs, prompted_target
 from .inputs import RaceSettings, parse_settings, shown_as_message
 from .presets import DRAFT_LABELS, preset_for
@@ -48,6 +48,20 @@ def drafter_label(target: str, drafter: str) -> str:
     return f"{label}; c = {c:.2f} here" if c is not None else f"{label}; c measured at first use"
 
 
+LESSON_K = 3
+
+
+def lesson_setting(target: str) -> tuple:
+    """One click to the setting a class starts from: a single draft chain at a fixed k, greedy, so every number on
+    the page follows the textbook formula (the head's chain where the target has one, else its first draft model)."""
+    preset = preset_for(target)
+    drafts = preset.drafts if preset else ()
+    trees = (DRAFT_HYBRID, DRAFT_EAGLE_TREE, DRAFT_NGRAM)
+    chains = [d for d in drafts if d == DRAFT_EAGLE] or [d for d in drafts if d not in trees]
+    drafter = chains[0] if chains else gr.skip()
+    return drafter, LESSON_K, False, "greedy"
+
+
 def running_line(target: str, drafter: str) -> str:
     """Which target and drafter a race runs, and on what hardware: the first thing a visitor needs to read a result."""
     preset = preset_for(target)
@@ -73,13 +87,13 @@ def run_race(
     seed: float,
     max_new_tokens: float,
 ) -> Iterator[tuple]:
-    """Streams (target-only pane, speculative pane, charts, summary, details, last race, draft tree,
-    tree step slider) per step; the tree view follows the newest drafted step while the race runs."""
+    """Streams (target-only pane, speculative pane, charts, summary, details, last race, draft tree, rule picture,
+    step slider) per step; the tree view follows the newest drafted step while the race runs."""
     with shown_as_message():
         settings = parse_settings(
             target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens
         )
-        yield _loading_note(settings), "", gr.skip(), "", gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        yield _loading_note(settings), "", gr.skip(), "", gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
         prompted = prompted_target(settings, prompt)
         race = Race(greedy=settings.generation.sampling.greedy, k=settings.draft.k)
         text = views.TokenText(prompted.target.tokenizer)
@@ -89,7 +103,7 @@ def run_race(
                 race.add(side, event)
                 if isinstance(event, Finished):
                     continue
-                live = (gr.skip(),) * 3
+                live = (gr.skip(),) * 4
                 if time.monotonic() - last_chart > CHART_EVERY_SECONDS:
                     live, last_chart = (race_charts.race_figure(race), *_tree_views(race, text)), time.monotonic()
                 yield _race_views(race, text, running=True) + (live[0], gr.skip(), gr.skip(), gr.skip()) + live[1:]
@@ -106,23 +120,35 @@ def run_race(
     )
 
 
-def _tree_views(race: Race, text: views.TokenText) -> tuple[go.Figure, gr.Slider]:
-    """The newest drafted step's tree, and the step slider set to it."""
+def _tree_views(race: Race, text: views.TokenText) -> tuple[go.Figure, go.Figure, gr.Slider]:
+    """The newest drafted step's tree and rule picture, and the step slider set to it."""
     steps = race.spec_steps
-    figure = race_charts.tree_figure(steps[-1] if steps else None, text, len(steps) - 1, len(steps))
-    return figure, gr.Slider(
-        minimum=1, maximum=max(len(steps), 2), value=max(len(steps), 1), step=1, interactive=len(steps) > 1
+    newest = steps[-1] if steps else None
+    plain = len(race.spec.steps) - len(steps)
+    slider = gr.Slider(
+        minimum=1,
+        maximum=max(len(steps), 2),
+        value=max(len(steps), 1),
+        step=1,
+        interactive=len(steps) > 1,
+        label=f"Step with a draft: {len(steps)} of them; the run also took {plain} plain passes",
+    )
+    return (
+        race_charts.tree_figure(newest, text, len(steps) - 1, len(steps)),
+        rule_charts.rule_figure(newest, text),
+        slider,
     )
 
 
-def tree_view(index: float, last: dict | None) -> go.Figure:
-    """A replayed step of the last race as a tree (the slider under the race)."""
+def tree_view(index: float, last: dict | None) -> tuple[go.Figure, go.Figure]:
+    """A replayed step of the last race as a tree and as the rule's picture (the slider under the race)."""
     race = last["race"] if last else None
     if race is None or not race.spec_steps:
-        return race_charts.tree_figure(None, None)
+        return race_charts.tree_figure(None, None), rule_charts.rule_figure(None, None)
     steps = race.spec_steps
     i = max(0, min(int(index) - 1, len(steps) - 1))
-    return race_charts.tree_figure(steps[i], views.TokenText(load_model(last["target"]).tokenizer), i, len(steps))
+    text = views.TokenText(load_model(last["target"]).tokenizer)
+    return race_charts.tree_figure(steps[i], text, i, len(steps)), rule_charts.rule_figure(steps[i], text)
 
 
 def panes_view(inline_rejected: bool, last: dict | None) -> tuple:

@@ -50,8 +50,21 @@ def race_tab(last_race: gr.State) -> dict:
                 "always; early exit is a deliberately bad draft."
             )
             running = gr.HTML(race_handlers.running_line(target.value, drafter.value))
+            lesson = gr.Button(
+                "Lesson setting: one draft chain (the head where there is one), fixed k = 3, greedy",
+                size="sm",
+                elem_id="lesson",
+            )
             with gr.Row():
-                k = gr.Slider(1, limits.MAX_K, value=3, step=1, label="Draft length k", info=f"1 to {limits.MAX_K}")
+                k = gr.Slider(
+                    1,
+                    limits.MAX_K,
+                    value=3,
+                    step=1,
+                    label="Draft depth k",
+                    info=f"1 to {limits.MAX_K}: how deep the head or draft model drafts; the hybrid's lookup branch "
+                    "sizes itself (each step says how long)",
+                )
                 adaptive = gr.Checkbox(
                     value=False, label="Adaptive k", info="picks k from measured a and cost; 0 when drafts lose"
                 )
@@ -82,7 +95,7 @@ def race_tab(last_race: gr.State) -> dict:
     with gr.Row():
         with gr.Column(scale=3):
             tree_plot = gr.Plot(
-                label="Draft tree of one step (a chain is a tree with one branch); hover a node for q, p, min(1, p/q)",
+                label="Draft tree of one step (a chain is a tree with one branch); hover a node for its numbers",
                 elem_id="tree-view",
             )
         with gr.Column(scale=1):
@@ -91,7 +104,7 @@ def race_tab(last_race: gr.State) -> dict:
                 2,
                 value=1,
                 step=1,
-                label="Step",
+                label="Step with a draft",
                 info="follows the race live; drag to replay",
                 interactive=False,
                 elem_id="tree-step",
@@ -99,9 +112,13 @@ def race_tab(last_race: gr.State) -> dict:
             gr.Markdown(
                 "<p class='note'>Green: the accepted path. Red: drafts the target judged and refused. "
                 "Pale red: drafts below a refusal, never reached. Pale green: accepted after the answer's end "
-                "token, so not emitted. "
-                "Star: the target's correction (orange) or bonus (blue).</p>"
+                "token, so not emitted. Star: the target's own token, a correction (orange) or bonus (blue). "
+                "Shapes: ◆ a lookup guess, ● a head or draft-model guess, ⬢ both proposed it.</p>"
             )
+    rule_plot = gr.Plot(
+        label="The rule at the step's deciding node: p, q, what a draw keeps, what a refusal leaves",
+        elem_id="rule-picture",
+    )
     summary = gr.HTML(elem_id="race-summary")
     plot = gr.Plot(label="Live charts", elem_id="race-charts")
     with gr.Accordion("Run details (JSON, as the API returns them)", open=False):
@@ -109,6 +126,7 @@ def race_tab(last_race: gr.State) -> dict:
     gr.Markdown(f"<p class='note'>{race_handlers.TIMING_NOTE}<br>{limits.SUMMARY}</p>")
 
     target.change(race_handlers.drafter_choices, target, drafter, api_visibility="private")
+    lesson.click(race_handlers.lesson_setting, target, [drafter, k, adaptive, decoding], api_visibility="private")
     drafter.change(
         race_handlers.running_line, [target, drafter], running, api_visibility="private", show_progress="hidden"
     )
@@ -116,7 +134,7 @@ def race_tab(last_race: gr.State) -> dict:
         [run.click, prompt.submit],
         gpu_handler(race_handlers.run_race),
         inputs=[prompt, target, drafter, k, adaptive, decoding, temperature, top_k, top_p, seed, max_new_tokens],
-        outputs=[plain_pane, spec_pane, plot, summary, details, last_race, tree_plot, tree_step],
+        outputs=[plain_pane, spec_pane, plot, summary, details, last_race, tree_plot, rule_plot, tree_step],
         api_name="race",
         concurrency_id=GENERATION,
         concurrency_limit=limits.CONCURRENCY,
@@ -127,7 +145,11 @@ def race_tab(last_race: gr.State) -> dict:
     event.then(race_handlers.panes_view, [inline_rejected, last_race], panes, api_visibility="private")
     inline_rejected.change(race_handlers.panes_view, [inline_rejected, last_race], panes, api_visibility="private")
     tree_step.input(
-        race_handlers.tree_view, [tree_step, last_race], tree_plot, api_visibility="private", show_progress="hidden"
+        race_handlers.tree_view,
+        [tree_step, last_race],
+        [tree_plot, rule_plot],
+        api_visibility="private",
+        show_progress="hidden",
     )
     return {"target": target, "drafter": drafter, "k": k, "adaptive": adaptive}
 

@@ -17,6 +17,52 @@ BONUS = "bonus"  # the target's extra token after all drafts were accepted
 TARGET = "target"  # a token from a plain target-only step
 Outcome = Literal["accepted", "rejected", "correction", "bonus", "target"]
 
+# Which part of a drafter proposed a node.
+LOOKUP = "lookup"  # a continuation of an earlier match of the last tokens in the context (model-free)
+HEAD = "head"  # the EAGLE head, reading the target's hidden states
+DRAFT_MODEL = "draft model"  # a smaller language model: a copy, an early exit, a hub draft
+LOOKUP_AND_HEAD = "lookup and head"  # both proposed the same node (the hybrid merges them)
+DraftSource = Literal["lookup", "head", "draft model", "lookup and head"]
+
+# The rule that judged a step's nodes (acceptance.py), as the views name it.
+ARGMAX_MATCH = "argmax match"  # greedy: accepted when the node is the target's most likely token
+RATIO = "min(1, p/q)"  # drawn from the draft's q: accepted with probability min(1, p(x) / q(x))
+TARGET_PROB = "p(x)"  # chosen deterministically (a tree's top-k, a lookup guess): accepted with probability p(x)
+Rule = Literal["argmax match", "min(1, p/q)", "p(x)"]
+RULE_REASONS: dict[str, str] = {
+    ARGMAX_MATCH: "greedy decoding: a draft is kept when it is the target's most likely token",
+    RATIO: "sampled drafts: a token drawn from the draft's q is kept with probability min(1, p/q)",
+    TARGET_PROB: "a guess chosen, not drawn (a tree's top tokens, a lookup): its q is 1 on that token, so it is "
+    "kept with probability min(1, p/1) = p(x); the draft's own confidence plays no part",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    """One child tried at a node, with p as it met it (what earlier siblings' refusals left) and q, over the shown
+    tokens of its Judgement."""
+
+    node: int
+    accept_prob: float  # min(1, p/q), p(x) for a chosen guess, or 1/0 when greedy
+    accepted: bool
+    accepted_mass: float  # sum over the vocabulary of min(p, q): the chance that this trial keeps a token
+    residual_mass: float  # sum of max(0, p - q): what a refusal leaves of p before it is renormalised
+    p: tuple[float, ...]
+    q: tuple[float, ...]  # one-hot on the child's token when it was chosen, not drawn
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """The target's decision at one node of a draft, kept for the picture of the rule: its children tried in
+    draft order, then (when none was kept) the token it drew from what was left of p. Only a few top tokens are
+    kept, so a step's judgements stay small."""
+
+    node: int  # whose children were judged; -1: the root (the last context token)
+    shown: tuple[int, ...]  # the top tokens of p and of q, every child tried, the token drawn
+    trials: tuple[Trial, ...]
+    drawn: int | None  # the correction or bonus token; None when a child was kept
+    left: tuple[float, ...]  # p when the token was drawn (renormalised), over shown; () when a child was kept
+
 
 @dataclass(frozen=True, slots=True)
 class PlainStep:
@@ -43,7 +89,10 @@ class SpecStep:
     path: tuple[int, ...]  # the accepted nodes, root to leaf
     draft_probs: tuple[float, ...] | None  # q(x) of each node under the draft; None for model-free drafters
     target_probs: tuple[float, ...]  # p(x) of each node under the target at its parent
-    accept_probs: tuple[float, ...]  # min(1, p/q) per node; 1 or 0 when greedy
+    accept_probs: tuple[float, ...]  # per node, by the rule: 1 or 0 when greedy
+    rule: Rule  # how the target judged this step's nodes
+    sources: tuple[DraftSource, ...]  # which part of the drafter proposed each node
+    judgements: tuple[Judgement, ...]  # the target's decision at each node it judged, root first
     next_token: int  # the correction (after a rejection) or the bonus token (after the path ends at a leaf)
     next_token_prob: float  # p(next_token) under the target
     emitted_tokens: tuple[int, ...]  # accepted drafts + next token, cut at EOS / the token budget

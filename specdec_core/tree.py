@@ -104,10 +104,10 @@ def parents_first(parents: Sequence[int]) -> list[int]:
 def merged(
     first: tuple[tuple[int, ...], tuple[int, ...]],
     second: tuple[tuple[int, ...], tuple[int, ...]],
-) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
+) -> tuple[tuple[int, ...], tuple[int, ...], list[int], list[int]]:
     """Two trees (tokens, parents) from the same root as one, shared where a node has the same token under the same
-    parent: (tokens, parents, the merged index of each of the second tree's nodes); the first tree's nodes come first
-    at every level."""
+    parent: (tokens, parents, the merged index of each of the first tree's nodes, and of the second's); the first
+    tree's nodes come first at every level."""
     tokens, parents = list(first[0]), list(first[1])
     index: list[int] = []  # second tree's node -> merged node, before reordering
     for token, parent in zip(*second, strict=True):
@@ -119,7 +119,8 @@ def merged(
         index.append(same)
     order = parents_first(parents)
     position = {node: i for i, node in enumerate(order)}
-    return tuple(tokens[n] for n in order), reindexed(parents, order), [position[n] for n in index]
+    first_index = [position[n] for n in range(len(first[0]))]
+    return tuple(tokens[n] for n in order), reindexed(parents, order), first_index, [position[n] for n in index]
 
 
 def path_to(parents: Sequence[int], node: int) -> list[int]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..events import DraftSource
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from ..tree import depths, reindexed
@@ -30,6 +31,7 @@ class Draft:
     confidence: torch.Tensor | None  # [N] q(x) of each node's token, to show; None for model-free drafters
     passes: int  # draft forward passes spent (0 for model-free drafters)
     seconds: float
+    sources: tuple[DraftSource, ...]  # which part of the drafter proposed each node
 
     def truncated(self, depth: int) -> Draft:
         """The nodes at most `depth` deep (what the budget leaves room for); parents come first, so a
@@ -45,6 +47,7 @@ class Draft:
             confidence=None if self.confidence is None else self.confidence[rows],
             passes=self.passes,
             seconds=self.seconds,
+            sources=tuple(self.sources[n] for n in kept),
         )
 
 

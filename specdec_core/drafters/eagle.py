@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..costs import CostCurve
+from ..events import HEAD
 from ..kv_cache import with_room
 from ..limits import MEASURED_DRAFT_TOKENS
 from ..sampling import Sampler
@@ -101,7 +102,7 @@ class EagleDrafter(Drafter):
             if self.tree is None
             else self._tree(predicted, real_end, k, sampler, side)
         )
-        return Draft(*draft, seconds=time.perf_counter() - started)
+        return Draft(*draft, seconds=time.perf_counter() - started, sources=(HEAD,) * len(draft[0]))
 
     def _chain(self, predicted: torch.Tensor, real_end: int, k: int, sampler: Sampler) -> tuple:
         tokens: list[int] = []

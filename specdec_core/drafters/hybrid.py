@@ -34,6 +34,7 @@ import time
 import torch
 
 from ..costs import CostCurve
+from ..events import HEAD, LOOKUP, LOOKUP_AND_HEAD
 from ..kv_cache import CachedModel
 from ..sampling import Sampler
 from ..schedule import ADAPTIVE_LONGEST
@@ -116,7 +117,7 @@ class HybridDrafter(Drafter):
         if (copying and guess) or not self._head_pays():
             self._head_step = None
             self._without_head += 1
-            return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started)
+            return Draft(guess, chain(len(guess)), None, None, 0, time.perf_counter() - started, (LOOKUP,) * len(guess))
         self._without_head = 0
         # the drafts' expected tokens, not the pass's own token
         guessed = expected_tokens_per_step(self._acceptance(match), len(guess)) - 1.0
@@ -179,8 +180,12 @@ class HybridDrafter(Drafter):
 
 def _merge(guess: tuple[int, ...], tree: Draft, seconds: float) -> Draft:
     """The lookup guess as the first branch from the root, the head's tree merged into it (shared where equal);
-    a node's confidence is the head's q where the head drafted it, NaN for the lookup's own guesses."""
-    tokens, parents, index = merged((guess, chain(len(guess))), (tree.tokens, tree.parents))
+    a node's confidence is the head's q where the head drafted it, NaN for the lookup's own guesses; its source says
+    which proposed it."""
+    tokens, parents, from_guess, from_head = merged((guess, chain(len(guess))), (tree.tokens, tree.parents))
     confidence = torch.full((len(tokens),), float("nan"))
-    confidence[index] = tree.confidence
-    return Draft(tokens=tokens, parents=parents, probs=None, confidence=confidence, passes=tree.passes, seconds=seconds)
+    confidence[from_head] = tree.confidence
+    sources = [HEAD] * len(tokens)
+    for node in from_guess:
+        sources[node] = LOOKUP_AND_HEAD if node in from_head else LOOKUP
+    return Draft(tokens, parents, None, confidence, tree.passes, seconds, tuple(sources))

@@ -11,6 +11,7 @@ from transformers import PreTrainedModel
 
 from ..costs import CONTEXT_TOKENS
 from ..errors import SpecDecError
+from ..events import DRAFT_MODEL
 from ..kv_cache import CachedModel
 from ..measurements import median_seconds
 from ..models import MODELS, LoadedModel, _load, default_dtype
@@ -69,6 +70,7 @@ class ModelDrafter(Drafter):
             confidence,
             self._model.passes - passes_before,
             time.perf_counter() - started,
+            (DRAFT_MODEL,) * len(tokens),
         )
 
     def observe(self, accepted_count: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from ..events import LOOKUP
 from ..sampling import Sampler
 from ..tree import chain
 from .base import Draft, Drafter
@@ -23,7 +24,7 @@ class NgramDrafter(Drafter):
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
         tokens = self.continuation(context, self.match(context), k)
-        return Draft(tokens, chain(len(tokens)), None, None, 0, time.perf_counter() - started)
+        return Draft(tokens, chain(len(tokens)), None, None, 0, time.perf_counter() - started, (LOOKUP,) * len(tokens))
 
     def match(self, context: list[int]) -> int:
         """The longest n (max_ngram down to min_ngram) whose last n tokens occurred earlier in the context; 0 if

@@ -18,6 +18,7 @@ from specdec_core import (
 )
 from specdec_core.costs import CostCurve
 from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan
+from specdec_core.events import ARGMAX_MATCH, HEAD, LOOKUP
 from specdec_core.tuning import KERNEL_WIDTHS, Choice, TargetTuning, kernel_key
 from tests.conftest import word_tokenizer
 
@@ -45,23 +46,25 @@ def text() -> views.TokenText:
 
 def test_speculative_pane_colours_every_outcome_with_refused_drafts_inline(race, text):
     pane = views.pane_html("speculative", race.spec, text, running=False, inline_rejected=True)
-    classes = re.findall(r'class="tok tok-(\w+)"', pane)
+    classes = re.findall(r'class="tok tok-(\w+)[ "]', pane)
     steps = race.spec_steps
     assert classes.count("accepted") == sum(s.accepted_count for s in steps)
     assert classes.count("rejected") == sum(s.rejected_count for s in steps)
     assert classes.count("correction") == sum(1 for s in steps if s.rejected_token is not None)
     assert classes.count("bonus") == sum(1 for s in steps if s.rejected_token is None)
-    assert "accept prob=" in pane and "target p=" in pane and "draft q=" in pane
+    assert "argmax match: yes" in pane and "argmax match: no" in pane and "target p=" in pane
 
 
 def test_pane_reads_as_the_output_with_one_marker_per_step_of_refused_drafts(race, text):
     pane = views.pane_html("speculative", race.spec, text, running=False)
     steps = [s for s in race.spec_steps if s.rejected_count]
     assert steps and "tok-rejected" not in pane
-    markers = re.findall(r'class="tok tok-marker" title="(\d+) refused drafts: ([^"]*)">✕(\d+)<', pane)
-    assert [(int(a), int(b)) for a, _, b in markers] == [(s.rejected_count, s.rejected_count) for s in steps]
-    visible = re.sub(r'<span class="tok tok-marker"[^>]*>[^<]*</span>', "", pane)
-    tokens = re.findall(r'class="tok tok-(?:accepted|correction|bonus|target)"', visible)
+    markers = re.findall(
+        r'class="tok tok-marker" data-refused="(\d+)" title="(\d+) refused drafts: ([^"]*)"></span>', pane
+    )
+    assert [(int(a), int(b)) for a, b, _ in markers] == [(s.rejected_count, s.rejected_count) for s in steps]
+    visible = re.sub(r'<span class="tok tok-marker"[^>]*></span>', "", pane)
+    tokens = re.findall(r'class="tok tok-(?:accepted|correction|bonus|target)[ "]', visible)
     assert len(tokens) == race.spec.token_count  # what remains is exactly the output
 
 
@@ -79,6 +82,9 @@ def test_tree_view_draws_a_chain_as_one_branch_and_a_tree_with_siblings(race, te
         draft_probs=(0.5, 0.3, 0.4, 0.2, 0.9),
         target_probs=(0.1, 0.8, 0.2, 0.1, 0.9),
         accept_probs=(0, 1, 0, 0, 1),
+        rule=ARGMAX_MATCH,
+        sources=(LOOKUP, HEAD, HEAD, HEAD, HEAD),
+        judgements=(),
         next_token=3,
         next_token_prob=0.7,
         emitted_tokens=(6, 9, 3),
@@ -91,7 +97,7 @@ def test_tree_view_draws_a_chain_as_one_branch_and_a_tree_with_siblings(race, te
     assert groups == {"accepted": 2, "rejected": 1, "unverified": 2}  # node 0 refused; its children never reached
     assert (
         "bonus" in {t.name for t in fig.data}
-        and "min(1, p/q)" in next(t for t in fig.data if t.name == "accepted").hovertext[0]
+        and "argmax match: yes" in next(t for t in fig.data if t.name == "accepted").hovertext[0]
     )
     assert race_charts.tree_figure(None, text).layout.annotations  # before any draft: a note, not an error
 
@@ -145,6 +151,9 @@ def test_a_step_whose_answer_ends_inside_its_path_shows_only_what_was_emitted(te
         draft_probs=(0.9, 0.8, 0.7, 0.1),
         target_probs=(0.9, 0.9, 0.6, 0.05),
         accept_probs=(1, 1, 1, 0),
+        rule=ARGMAX_MATCH,
+        sources=(HEAD,) * 4,
+        judgements=(),
         next_token=3,
         next_token_prob=0.4,
         emitted_tokens=(5, end),
@@ -161,7 +170,7 @@ def test_a_step_whose_answer_ends_inside_its_path_shows_only_what_was_emitted(te
     detail = views.step_detail_html(step, 0, 1, text)
     assert views.AFTER_END in detail and "not emitted: the answer had ended" in detail
     spans = "".join(views.step_spans(step, text))
-    assert len(re.findall(r'class="tok tok-accepted"', spans)) == 2 and "tok-bonus" not in spans
+    assert len(re.findall(r'class="tok tok-accepted[ "]', spans)) == 2 and "tok-bonus" not in spans
 
 
 def test_step_detail_lists_each_draft(race, text):

@@ -6,6 +6,7 @@ from scipy.stats import chisquare
 
 from specdec_core.acceptance import verify
 from specdec_core.config import SamplingConfig
+from specdec_core.events import ARGMAX_MATCH, RATIO, TARGET_PROB
 from specdec_core.sampling import Sampler
 
 GREEDY = SamplingConfig()
@@ -82,3 +83,57 @@ def test_first_token_test_catches_always_accept():
         counts[Sampler(SamplingConfig(temperature=1.0, seed=seed)).pick(Q[0])] += 1
     expected = (P[0] * 4000).tolist()
     assert chisquare(counts, expected).pvalue < 1e-6
+
+
+# ---- the rule each verdict names, and what it keeps for the rule's picture ------------------------------
+
+
+def sampled(seed: int) -> Sampler:
+    return Sampler(SamplingConfig(temperature=1.0, seed=seed))
+
+
+def test_a_sampled_chain_is_judged_by_min_1_p_over_q_and_its_masses_sum_to_one():
+    target = table([0.1, 0.6, 0.3, 0.0], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1])
+    draft = table([0.2, 0.2, 0.6, 0.0], [0.0, 0.0, 0.0, 1.0])
+    for seed in range(30):
+        verdict = verify(torch.tensor([2, 3]), draft, target, sampled(seed))
+        assert verdict.rule == RATIO
+        assert verdict.accept_probs == pytest.approx((0.5, 0.25))  # min(1, 0.3 / 0.6), min(1, 0.25 / 1)
+        for judgement in verdict.judgements:
+            for trial in judgement.trials:
+                assert trial.accepted_mass + trial.residual_mass == pytest.approx(1.0)
+        root = verdict.judgements[0].trials[0]
+        assert root.accepted_mass == pytest.approx(0.1 + 0.2 + 0.3)  # sum of min(p, q) over the vocabulary
+        assert root.accept_prob == pytest.approx(0.5) and root.accepted == (0 in verdict.path)
+        last = verdict.judgements[-1]
+        assert last.drawn == verdict.next_token and last.left and sum(last.left) <= 1.0 + 1e-6
+        if not verdict.path:  # refused at the root: the draw came from norm(max(0, p - q)) = (0, 1, 0, 0)
+            assert verdict.next_token == 1 and last.left[last.shown.index(1)] == pytest.approx(1.0)
+
+
+def test_a_chosen_tree_is_judged_by_p_and_each_sibling_meets_what_the_one_before_left():
+    # root p = (0.5, 0.3, 0.2, 0); two chosen guesses at the root: token 0, then token 1
+    target = table([0.5, 0.3, 0.2, 0.0], [1, 0, 0, 0], [1, 0, 0, 0])
+    confidence = torch.tensor([0.9, 0.05])  # the head's q: shown, never used by the rule
+    refused_first = 0
+    for seed in range(40):
+        verdict = verify(torch.tensor([0, 1]), None, target, sampled(seed), (-1, -1), confidence)
+        assert verdict.rule == TARGET_PROB
+        assert verdict.accept_probs == pytest.approx((0.5, 0.3))  # p(x), not min(1, p/q)
+        assert verdict.draft_token_probs == pytest.approx((0.9, 0.05))
+        trials = verdict.judgements[0].trials
+        assert trials[0].accept_prob == pytest.approx(0.5) and trials[0].accepted_mass == pytest.approx(0.5)
+        if len(trials) == 2:  # the first was refused: token 0 struck out, p renormalised to (0, 0.6, 0.4, 0)
+            refused_first += 1
+            assert trials[1].accept_prob == pytest.approx(0.6)
+            assert trials[1].p[verdict.judgements[0].shown.index(1)] == pytest.approx(0.6)
+            assert trials[1].accepted_mass + trials[1].residual_mass == pytest.approx(1.0)
+    assert 0 < refused_first < 40
+
+
+def test_greedy_verdicts_name_the_argmax_match():
+    target = table([0.1, 0.9, 0, 0], [0, 0, 0.8, 0.2], [0.7, 0.1, 0.1, 0.1])
+    verdict = verify(torch.tensor([1, 3]), None, target, Sampler(GREEDY))
+    assert verdict.rule == ARGMAX_MATCH
+    assert [judgement.node for judgement in verdict.judgements] == [-1, 0]
+    assert verdict.judgements[-1].drawn == 2 and verdict.judgements[-1].trials[0].accepted is False

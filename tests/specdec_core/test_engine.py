@@ -20,6 +20,7 @@ from specdec_core import (
 )
 from specdec_core.acceptance import Verdict
 from specdec_core.drafters.model_draft import early_exit_copy
+from specdec_core.events import RATIO
 from specdec_core.kv_cache import CachedModel
 from specdec_core.limits import MAX_NEW_TOKENS
 from tests.conftest import noisy_copy, tiny_llama
@@ -110,7 +111,7 @@ def test_distribution_test_catches_always_accept(small_pair, monkeypatch):
     def always_accept(draft_tokens, draft_probs, target_probs, sampler, parents=None, confidence=None):
         k = draft_tokens.shape[0]
         bonus = sampler.pick(target_probs[k])
-        return Verdict(tuple(range(k)), bonus, (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
+        return Verdict(tuple(range(k)), bonus, (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0, RATIO, ())
 
     monkeypatch.setattr(engine, "verify", always_accept)
     first, second = exact_marginals(target, [1, 2, 3], SAMPLING)

@@ -7,7 +7,7 @@ import pytest
 
 from specdec_core import expected_speedup, expected_tokens_per_step
 from specdec_core.costs import CostCurve
-from specdec_core.events import PlainStep, SpecStep
+from specdec_core.events import ARGMAX_MATCH, LOOKUP, PlainStep, SpecStep
 from specdec_core.schedule import AdaptiveDraftLength
 
 
@@ -28,6 +28,9 @@ def spec_step(drafted: int, accepted: int, draft_seconds: float, verify_seconds:
         (0.5,) * drafted,
         (0.5,) * drafted,
         (1.0,) * drafted,
+        ARGMAX_MATCH,
+        (LOOKUP,) * drafted,
+        (),
         0,
         0.5,
         tokens[:accepted] + (0,),

@@ -23,6 +23,7 @@ from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.eagle_head import load_head, save_head
 from specdec_core.drafters.head_variants import HEAD_VARIANTS, fast_head, head_variant, head_variants
 from specdec_core.errors import ModelLoadError
+from specdec_core.events import RATIO
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
 from specdec_core.tree import additive_mask, causal_mask
@@ -297,7 +298,9 @@ def test_head_sampling_matches_target_distribution(small_target, small_head):
 def test_head_distribution_test_catches_always_accept(small_target, small_head, monkeypatch):
     def always_accept(draft_tokens, draft_probs, target_probs, sampler, parents=None, confidence=None):
         k = draft_tokens.shape[0]
-        return Verdict(tuple(range(k)), sampler.pick(target_probs[k]), (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0)
+        return Verdict(
+            tuple(range(k)), sampler.pick(target_probs[k]), (1.0,) * k, (1.0,) * k, (1.0,) * k, 1.0, RATIO, ()
+        )
 
     monkeypatch.setattr(engine, "verify", always_accept)
     first, second = exact_marginals(small_target, [1, 2, 3], SAMPLING)

@@ -20,7 +20,7 @@ from specdec_core.costs import CostCurve
 from specdec_core.drafters.base import Draft
 from specdec_core.drafters.eagle import EagleDrafter, TreeShape
 from specdec_core.drafters.hybrid import HybridDrafter
-from specdec_core.events import PlainStep
+from specdec_core.events import HEAD, LOOKUP, LOOKUP_AND_HEAD, RATIO, PlainStep
 from specdec_core.kv_cache import CachedModel
 from specdec_core.sampling import Sampler
 from specdec_core.tree import SideBranch, attention_mask, chain, choose_size, depths, positions
@@ -239,6 +239,12 @@ def test_greedy_hybrid_equals_plain_and_keeps_the_lookup_branch(target, heads, a
     assert generated_tokens(events) == plain
     steps = [e for e in events if isinstance(e, SpecStep) and e.drafted_count]
     assert all(sorted(e.parents[: e.parents.count(-1)]) == [-1] * e.parents.count(-1) for e in steps)  # roots first
+    for step in steps:  # the lookup's guess is one branch from the root; the head's nodes carry its q, lookup's none
+        from_lookup = [n for n, source in enumerate(step.sources) if source in (LOOKUP, LOOKUP_AND_HEAD)]
+        assert all(step.parents[n] == (from_lookup[i - 1] if i else -1) for i, n in enumerate(from_lookup))
+        q = step.draft_probs or (float("nan"),) * step.drafted_count  # a lookup-only draft carries no q
+        assert all((q[n] != q[n]) == (source == LOOKUP) for n, source in enumerate(step.sources))
+    assert {LOOKUP, HEAD} <= {source for step in steps for source in step.sources}
 
 
 def test_hybrid_drafts_the_lookup_alone_and_longer_while_the_text_copies(target, head):
@@ -333,7 +339,7 @@ def test_a_draft_deeper_than_the_budget_is_cut_to_it(target, head):
 
 def test_within_keeps_the_shallow_nodes_with_their_rows():
     probs = torch.eye(5)
-    draft = Draft((10, 11, 12, 13, 14), TREE, probs, torch.arange(5.0), passes=2, seconds=0.0)
+    draft = Draft((10, 11, 12, 13, 14), TREE, probs, torch.arange(5.0), passes=2, seconds=0.0, sources=(HEAD,) * 5)
     assert draft.truncated(2) is draft
     cut = draft.truncated(1)
     assert cut.tokens == (10, 11) and cut.parents == (-1, -1)
@@ -408,7 +414,7 @@ def test_tree_distribution_test_catches_a_broken_rule(small_target, small_head, 
             kids = [n for n, p in enumerate(parents) if p == node]
             if not kids or row[int(tokens[kids[0]])] == 0:
                 n = len(tokens)
-                return Verdict(tuple(path), sampler.pick(row), (1.0,) * n, (1.0,) * n, (1.0,) * n, 1.0)
+                return Verdict(tuple(path), sampler.pick(row), (1.0,) * n, (1.0,) * n, (1.0,) * n, 1.0, RATIO, ())
             path.append(kids[0])
             node = kids[0]
 
