@@ -76,9 +76,9 @@ token, over every pass of the speculative side.
 - **Speculative steps and target passes**: a speculative step drafts and verifies in one target pass; the other \
 passes (the prompt's, and those where adaptive $k$ chose $k$ = 0 or the drafter had nothing to offer) are plain steps \
 of one token each, so target passes = speculative steps + plain steps.
-- **The star** sits at the race's mean draft depth over its target passes (a plain step counts 0; the UI's $k$ limits \
-only the head's depth, the hybrid's lookup chains run longer) at its measured speedup = accepted tokens per target \
-pass × the plain side's seconds per token ÷ the mean seconds per target pass.
+- **The star** sits at the race's mean draft depth over its target passes, rounded (a plain step counts 0; the UI's \
+$k$ limits only the head's depth, the hybrid's lookup chains run longer), at its measured speedup = accepted tokens \
+per target pass × the plain side's seconds per token ÷ the mean seconds per target pass.
 - **Its dashed curve** has for $c$ what a pass cost beyond the verification at that depth, per drafted position, in \
 plain passes, and for $a$ the acceptance per position that gives the measured tokens per target pass at that depth; \
 *Use my last race's a, c and k* puts them on the sliders.
@@ -101,7 +101,7 @@ def race_point_text(point: RacePoint, fitted: Fit, node_acceptance: float, ui_k:
         f"speculative steps + {plain_steps} plain step{'s' * (plain_steps != 1)}; "
         f"acceptance per drafted node {node_acceptance:.0%}; "
         f"{point.tokens_per_pass:.2f} accepted tokens per target pass at a mean draft depth of {point.depth:.1f}; "
-        f"a target pass cost {point.pass_cost:.2f} of the plain side's seconds per token, so "
+        f"the mean target pass took {point.pass_cost:.2f}× the plain side's time per token, so "
         f"{point.tokens_per_pass:.2f} ÷ {point.pass_cost:.2f} = {point.speedup:.2f}×. Its curve: "
         f"$a$ = {fitted.a:.3f}, $c$ = {fitted.c:.3f}, $k$ = {fitted.k}.{cheap}"
     )

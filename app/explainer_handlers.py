@@ -6,13 +6,13 @@ from __future__ import annotations
 import gradio as gr
 import plotly.graph_objects as go
 
-from specdec_core import load_model
+from specdec_core import SpecStep, load_model
 from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from specdec_core.machine import this_machine
 from specdec_core.models import default_dtype
 from specdec_core.tuning import TargetTuning, c_at_load, draft_pass, tuning_of
 
-from . import explainer_charts, views
+from . import explainer_charts, rule_charts, views
 from .explainer import NO_RACE_YET, race_point_text, tree_agreement
 from .explainer_point import fit, race_point
 from .presets import DRAFT_LABELS, default_target, preset_for
@@ -132,13 +132,28 @@ def measured_values(last: dict | None) -> tuple:
     return fitted.a, fitted.c, fitted.k
 
 
+def _picked(index: float, last: dict | None) -> tuple[int, list[SpecStep]] | None:
+    """The slider's step of the last race (0-based, within its speculative steps) and those steps; None before
+    a race that drafted."""
+    steps = last["race"].spec_steps if last else []
+    return (max(0, min(int(index) - 1, len(steps) - 1)), steps) if steps else None
+
+
 def step_view(index: float, last: dict | None) -> str:
-    race = last["race"] if last else None
-    if race is None or not race.spec_steps:
+    picked = _picked(index, last)
+    if picked is None:
         return "<p>Run a race first: the step-through replays the real steps of your last race.</p>"
-    steps = race.spec_steps
-    i = max(0, min(int(index) - 1, len(steps) - 1))
+    i, steps = picked
     return views.step_detail_html(steps[i], i, len(steps), views.TokenText(load_model(last["target"]).tokenizer))
+
+
+def rule_view(index: float, last: dict | None) -> go.Figure:
+    """The picture of the acceptance rule at the slider's step of the last race."""
+    picked = _picked(index, last)
+    if picked is None:
+        return rule_charts.rule_figure(None, None)
+    i, steps = picked
+    return rule_charts.rule_figure(steps[i], views.TokenText(load_model(last["target"]).tokenizer))
 
 
 def step_slider(last: dict | None) -> gr.Slider:

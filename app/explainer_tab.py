@@ -32,6 +32,9 @@ PRIVATE = dict(api_visibility="private")
 def explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     gr.Markdown(WHAT_IT_IS, latex_delimiters=LATEX)
     gr.Markdown(WHY_EXACT, latex_delimiters=LATEX)
+    rule_picture = gr.Plot(
+        label="The rule at one step of your last race (pick the step in section 5)", elem_id="explainer-rule-picture"
+    )
     theory, race_point, a, c, k, use_last = _when_it_pays()
     tree_theory, top_width, width = _chains_and_trees()
     machine, kernels, cost_plot = _machine_costs()
@@ -50,12 +53,13 @@ def explainer_tab(last_race: gr.State, tab: gr.Tab) -> None:
     )
     tab.select(explainer_handlers.step_slider, last_race, step, **PRIVATE).then(
         explainer_handlers.step_view, [step, last_race], step_html, **PRIVATE
-    ).then(explainer_handlers.theory_view, sliders + [last_race], theory, **PRIVATE).then(
-        explainer_handlers.race_point_view, last_race, race_point, **PRIVATE
-    ).then(explainer_handlers.machine_view, last_race, [machine, kernels, cost_plot], **PRIVATE).then(
-        explainer_handlers.tree_theory_view, tree_inputs, tree_theory, **PRIVATE
-    )
+    ).then(explainer_handlers.rule_view, [step, last_race], rule_picture, **PRIVATE).then(
+        explainer_handlers.theory_view, sliders + [last_race], theory, **PRIVATE
+    ).then(explainer_handlers.race_point_view, last_race, race_point, **PRIVATE).then(
+        explainer_handlers.machine_view, last_race, [machine, kernels, cost_plot], **PRIVATE
+    ).then(explainer_handlers.tree_theory_view, tree_inputs, tree_theory, **PRIVATE)
     step.change(explainer_handlers.step_view, [step, last_race], step_html, show_progress="hidden", **PRIVATE)
+    step.change(explainer_handlers.rule_view, [step, last_race], rule_picture, show_progress="hidden", **PRIVATE)
 
 
 def _when_it_pays() -> tuple[gr.Plot, gr.Markdown, gr.Slider, gr.Slider, gr.Slider, gr.Button]:
@@ -63,7 +67,9 @@ def _when_it_pays() -> tuple[gr.Plot, gr.Markdown, gr.Slider, gr.Slider, gr.Slid
     gr.Markdown(WHEN_IT_PAYS, latex_delimiters=LATEX)
     with gr.Row():
         with gr.Column(scale=1):
-            a = gr.Slider(0.0, A_MAX, value=CHAIN_AGREEMENT, step=0.001, label="Acceptance rate a", elem_id="a")
+            a = gr.Slider(
+                0.0, A_MAX, value=CHAIN_AGREEMENT, step=0.001, label="Acceptance rate a", elem_id="chain-agreement"
+            )
             c = gr.Slider(0.0, C_MAX, value=0.2, step=0.001, label="c: one draft pass over one target pass")
             k = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             use_last = gr.Button("Use my last race's a, c and k")

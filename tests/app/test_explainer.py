@@ -3,11 +3,12 @@ the cost and learning-curve charts, the head's account."""
 
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
-from app import explainer_charts, explainer_handlers
+from app import explainer_charts, explainer_handlers, rule_charts, views
 from app.explainer import (
     DEFINITIONS,
     head_intro,
@@ -32,6 +33,7 @@ from specdec_core.costs import CostCurve
 from specdec_core.cpu_kernels import PACKED, STOCK, KernelPlan
 from specdec_core.stats import summarize
 from specdec_core.tuning import KERNEL_WIDTHS, Choice, TargetTuning, kernel_key
+from tests.conftest import word_tokenizer
 
 PROMPT = [0, 5, 9, 5, 9, 5, 3, 7, 5, 9]
 # A CPU whose wide passes are dear: T(n)/T(1) = 1 + 0.1 (n - 1).
@@ -100,6 +102,11 @@ def by_id(page: gr.Blocks, elem_id: str):
     return next(block for block in page.blocks.values() if getattr(block, "elem_id", None) == elem_id)
 
 
+def in_page_order(page: gr.Blocks) -> list:
+    """The blocks as the layout holds them, depth first."""
+    return list(_descendants(page))
+
+
 def inside(page: gr.Blocks, block) -> list[gr.Accordion]:
     """The accordions that hold a block."""
     return [
@@ -116,7 +123,7 @@ def _descendants(block):
 
 
 def test_the_explainer_reads_as_a_lesson_path_with_details_in_closed_accordions(page):
-    texts = [block.value for block in page.blocks.values() if isinstance(block, gr.Markdown) and block.value]
+    texts = [block.value for block in in_page_order(page) if isinstance(block, gr.Markdown) and block.value]
     sections = [
         "### 1. What speculative decoding is",
         "### 2. Why the output is exactly the target's",
@@ -135,6 +142,22 @@ def test_the_explainer_reads_as_a_lesson_path_with_details_in_closed_accordions(
         assert not inside(page, by_id(page, teaching))
 
 
+def test_the_rule_picture_sits_under_why_the_output_is_exact_and_follows_the_step_slider(page, race, monkeypatch):
+    order = in_page_order(page)
+    picture = by_id(page, "explainer-rule-picture")
+    why = next(b for b in order if isinstance(b, gr.Markdown) and "### 2. Why the output" in (b.value or ""))
+    pays = next(b for b in order if isinstance(b, gr.Markdown) and "### 3. When it pays" in (b.value or ""))
+    assert order.index(why) < order.index(picture) < order.index(pays)
+    wired = [f for f in page.fns.values() if f.fn is explainer_handlers.rule_view]
+    assert wired and all(f.outputs == [picture] and f.inputs[0].label == "Step of the last race" for f in wired)
+    monkeypatch.setattr(explainer_handlers, "load_model", lambda target: SimpleNamespace(tokenizer=word_tokenizer([])))
+    last = {"race": race, "target": "tiny"}
+    step = race.spec_steps[1]
+    expected = rule_charts.rule_figure(step, views.TokenText(word_tokenizer([])))
+    assert explainer_handlers.rule_view(2, last).layout.meta == expected.layout.meta
+    assert explainer_handlers.rule_view(1, None).layout.annotations  # before a race: a note
+
+
 def test_the_kernel_table_goes_to_its_accordion_and_the_curve_stays_in_the_lesson(monkeypatch):
     plan = KernelPlan(STOCK, PACKED, (), (STOCK,) * 7)
     seconds = {kernel_key(k, w): 0.04 + w / 1000 for k in (STOCK, PACKED) for w in range(1, KERNEL_WIDTHS + 1)}
@@ -147,7 +170,7 @@ def test_the_kernel_table_goes_to_its_accordion_and_the_curve_stays_in_the_lesso
 
 
 def test_the_trees_agreement_starts_and_stays_at_or_above_the_chains(page):
-    chain, tree = by_id(page, "a").value, by_id(page, "tree-agreement").value
+    chain, tree = by_id(page, "chain-agreement").value, by_id(page, "tree-agreement").value
     assert tree >= chain and tree == tree_agreement(chain)
     assert all(tree_agreement(a / 100) >= a / 100 for a in range(100))
     assert explainer_handlers.raised_tree_agreement(0.95, tree) == tree_agreement(0.95) >= 0.95
