@@ -20,41 +20,40 @@ OVERLAP = "#8fd19e"
 
 
 def rule_figure(step: SpecStep | None, text) -> go.Figure:
-    """The rule at the step's deciding node: each child tried, then (when all were refused) the residual the target
-    drew from. layout.meta carries the masses each panel shows."""
+    """The rule at the step's deepest judged node: each child tried in order, then what the target drew its own token
+    from (the residual after a refusal, p itself for a bonus). layout.meta carries the masses each panel shows."""
     fig = go.Figure()
     if step is None or not step.judgements:
         fig.add_annotation(text="Race, then pick a step: the rule's picture for it appears here.", showarrow=False)
         fig.update_xaxes(visible=False)
         fig.update_yaxes(visible=False)
         return style(fig, height=220)
-    judgement = step.judgements[-1]
+    # The deepest node whose children were tried; after a path that ended at a leaf, the bonus drawn below it.
+    judgement = next((j for j in reversed(step.judgements) if j.trials), step.judgements[-1])
+    last = step.judgements[-1]
     trials = judgement.trials[:MOST_TRIALS]
-    panels = len(trials) + (judgement.drawn is not None)
-    labels = _labels(judgement.shown, text)
+    labels, last_labels = _labels(judgement.shown, text), _labels(last.shown, text)
     titles = [
         _trial_title(step, trial, i, labels[judgement.shown.index(step.draft_tokens[trial.node])])
         for i, trial in enumerate(trials)
     ]
-    if judgement.drawn is not None:
-        titles.append(_drawn_title(step, judgement, labels))
-    fig = make_subplots(rows=1, cols=panels, subplot_titles=titles, horizontal_spacing=0.06)
+    titles.append(_drawn_title(step, last, last_labels))
+    fig = make_subplots(rows=1, cols=len(trials) + 1, subplot_titles=titles, horizontal_spacing=0.06)
     for col, trial in enumerate(trials, start=1):
         _trial_bars(fig, trial, labels, col, greedy=step.rule == ARGMAX_MATCH)
-    if judgement.drawn is not None:
-        _drawn_bars(fig, judgement, labels, panels)
+    _drawn_bars(fig, last, last_labels, len(trials) + 1)
     where = "the root" if judgement.node < 0 else f"accepted node {judgement.node + 1}"
     fig.update_layout(
         title=dict(text=f"The rule at {where} ({RULE_VALUES[step.rule]}): children tried in draft order", font_size=14),
         meta={
             "accepted_mass": [t.accepted_mass for t in trials],
             "residual_mass": [t.residual_mass for t in trials],
-            "drawn": judgement.drawn,
+            "drawn": last.drawn,
         },
     )
     fig.update_annotations(font_size=12)
     fig.update_yaxes(range=[0, 1.05], title_text="probability", col=1)
-    return legend_on_top(style(fig, height=380))
+    return legend_on_top(style(fig, height=400), above_titles=True)
 
 
 def _labels(tokens: tuple[int, ...], text) -> list[str]:
@@ -82,7 +81,7 @@ def _drawn_title(step: SpecStep, judgement: Judgement, labels: list[str]) -> str
     drawn = labels[judgement.shown.index(judgement.drawn)]
     if step.rule == ARGMAX_MATCH:
         return f"the target's own: '{drawn}' (its argmax)"
-    source = "norm(max(0, p − q))" if judgement.trials else "p (bonus)"
+    source = "norm(max(0, p − q))" if judgement.trials else "p: the bonus after the path's leaf"
     return f"the target draws '{drawn}'<br>from {source}"
 
 

@@ -4,20 +4,34 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import limits, workload_handlers
+from . import limits, workload_check, workload_handlers
+from .copying import COPY_RULE
 from .limits import GENERATION
+from .server_section import server_section
+from .workload_report import COLUMN_HEADERS, TABLE_COLUMNS
 from .workloads import CUSTOM, EVAL_PER_SET, builtin_sets, set_choices
 from .zerogpu import gpu_handler
+
+# Pixels per column of the per-prompt table, each at least its header's longest word, so that none breaks; the
+# same widths serve a served model's columns (server_handlers.SERVER_HEADERS).
+TABLE_WIDTHS = [120, 110, 70, 80, 80, 90, 90, 90, 90, 90, 90, 260]
+SPREAD_RULE = (
+    "Speedup: speculative over plain tokens per second, each on its own clock; the median of the repeats, with "
+    "their min–max (too few repeats for quartiles). Same seed every repeat, so only the timing varies."
+)
 
 
 def workload_tab(race: dict) -> None:
     gr.Markdown(
-        "Runs each prompt through both decoders in turn, with the model, drafter and k of the **Race** tab. "
-        "Structured prompts are decoded greedily, creative ones sampled at temperature 1. "
-        "**Measure both before making speculation a global setting**: it pays on some workloads and costs on others."
+        "Runs each prompt through both decoders in turn, with the model, drafter and k of the **Race** tab "
+        "(listed above the results). Structured prompts are decoded greedily, creative ones sampled at "
+        "temperature 1. **Measure both before making speculation a global setting**: it pays on some workloads "
+        "and costs on others. Or point it at **a served model** (vLLM, or any OpenAI-compatible server) to "
+        "read the server's own speculative counters on the same prompts."
     )
     with gr.Row():
         with gr.Column():
+            server = server_section()
             named = {
                 "structured": "structured (JSON, code edit, list, extraction, copying)",
                 "creative": "creative (poem, story, brainstorm)",
@@ -36,19 +50,46 @@ def workload_tab(race: dict) -> None:
             own_temperature = gr.Slider(
                 0.0, 2.0, value=0.0, step=0.05, label="Temperature for your prompts (0 = greedy)"
             )
-            max_new_tokens = gr.Slider(8, limits.MAX_NEW_TOKENS, value=48, step=8, label="Max new tokens per prompt")
+            with gr.Row():
+                max_new_tokens = gr.Slider(
+                    8,
+                    limits.MAX_NEW_TOKENS,
+                    value=48,
+                    step=8,
+                    label="Max new tokens per prompt",
+                    elem_id="workload-tokens",
+                )
+                repeats = _repeats_slider("each prompt, plain then speculative", "workload-repeats")
             with gr.Row():
                 run = gr.Button("Run workload check", variant="primary")
                 stop = gr.Button("Stop", variant="stop")
         with gr.Column():
-            status = gr.Markdown("Results appear here prompt by prompt.")
-            downloads = gr.File(label="Download results (CSV, JSON)", file_count="multiple", interactive=False)
+            status = gr.Markdown("Results appear here prompt by prompt.", elem_id="workload-status")
+            downloads = gr.File(
+                label="Download results (CSV and JSON, with this configuration)",
+                file_count="multiple",
+                interactive=False,
+            )
+    config = gr.HTML(elem_id="workload-config")
     table = gr.Dataframe(
-        headers=_headers(workload_handlers.TABLE_COLUMNS), label="Per prompt", interactive=False, wrap=True
+        headers=[COLUMN_HEADERS[c] for c in TABLE_COLUMNS],
+        label="Per prompt",
+        interactive=False,
+        wrap=True,
+        column_widths=TABLE_WIDTHS,
+        elem_id="workload-table",
     )
+    gr.Markdown(f"<p class='note'>{SPREAD_RULE} {COPY_RULE}</p>")
+    with gr.Accordion("Read a prompt's whole output", open=True):
+        picker = gr.Dropdown(choices=[], value=None, label="Prompt", info="filled when a check is done")
+        verdict = gr.Markdown()
+        with gr.Row():
+            prompt_text = gr.Textbox(label="Prompt", lines=6, max_lines=14, interactive=False)
+            output_text = gr.Textbox(label="Speculative output", lines=6, max_lines=14, interactive=False)
     chart = gr.Plot(label="Speedup and acceptance per prompt")
+    results = gr.State([])  # the finished check's rows, for the output viewer
     event = run.click(
-        gpu_handler(workload_handlers.run_workload),
+        gpu_handler(workload_check.run_check),
         inputs=[
             sets,
             own_prompts,
@@ -58,29 +99,46 @@ def workload_tab(race: dict) -> None:
             race["k"],
             race["adaptive"],
             max_new_tokens,
+            repeats,
+            *server.values(),
         ],
-        outputs=[status, table, chart, downloads],
+        outputs=[status, table, chart, downloads, config, results, picker],
         api_name="workload_check",
         concurrency_id=GENERATION,
         concurrency_limit=limits.CONCURRENCY,
         show_progress="minimal",
     )
     stop.click(None, cancels=[event], api_visibility="private")
+    picker.change(
+        workload_handlers.show_output,
+        [picker, results],
+        [verdict, prompt_text, output_text],
+        api_visibility="private",
+        show_progress="hidden",
+    )
+    _sweep_section(race)
 
-    gr.Markdown("### k sweep\nGreedy speedup and acceptance for k = 1 … 8 on one prompt, against one plain run.")
+
+def _sweep_section(race: dict) -> None:
+    gr.Markdown(
+        "### k sweep\nGreedy speedup and acceptance for k = 1 … 8 on one prompt: per k the median over the "
+        "repeats with its min–max, each run over the median plain run."
+    )
     with gr.Row():
         with gr.Column():
-            sweep_prompt = gr.Textbox(label="Prompt", lines=3, value=builtin_sets()["structured"]["prompts"][1]["text"])
-            sweep_tokens = gr.Slider(8, 128, value=32, step=8, label="Max new tokens per run")
-            sweep_run = gr.Button("Run k sweep", variant="primary")
-            sweep_status = gr.Markdown()
+            prompt = gr.Textbox(label="Prompt", lines=3, value=builtin_sets()["structured"]["prompts"][1]["text"])
+            with gr.Row():
+                tokens = gr.Slider(8, 128, value=32, step=8, label="Max new tokens per run")
+                repeats = _repeats_slider("one plain run and one per k", "sweep-repeats")
+            run = gr.Button("Run k sweep", variant="primary")
+            status = gr.Markdown()
         with gr.Column():
-            sweep_chart = gr.Plot(label="Speedup vs k")
-    sweep_table = gr.Dataframe(headers=_headers(workload_handlers.SWEEP_COLUMNS), interactive=False)
-    sweep_run.click(
+            chart = gr.Plot(label="Speedup vs k (median, min–max)")
+    table = gr.Dataframe(headers=workload_handlers.SWEEP_HEADERS, interactive=False, elem_id="sweep-table")
+    run.click(
         gpu_handler(workload_handlers.run_sweep),
-        inputs=[sweep_prompt, race["target"], race["drafter"], sweep_tokens],
-        outputs=[sweep_status, sweep_chart, sweep_table],
+        inputs=[prompt, race["target"], race["drafter"], tokens, repeats],
+        outputs=[status, chart, table],
         api_name="k_sweep",
         concurrency_id=GENERATION,
         concurrency_limit=limits.CONCURRENCY,
@@ -88,5 +146,13 @@ def workload_tab(race: dict) -> None:
     )
 
 
-def _headers(columns: list[str]) -> list[str]:
-    return [workload_handlers.COLUMN_HEADERS[c] for c in columns]
+def _repeats_slider(what: str, elem_id: str) -> gr.Slider:
+    return gr.Slider(
+        1,
+        workload_handlers.MAX_REPEATS,
+        value=workload_handlers.DEFAULT_REPEATS,
+        step=1,
+        label="Repeats",
+        info=f"{what}; median and min–max",
+        elem_id=elem_id,
+    )

@@ -8,6 +8,8 @@
     python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees, their modelled cost
     python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3] [--save-beside]
                                    # teacher-forced agreement on the evaluation sets
+    python -m bench --server URL --model NAME [--baseline URL] [--sets spec_bench:qa,...] [--tokens 64] [--compare]
+                                   # the workload check against a served model (served.py; key in OPENAI_API_KEY)
 
 The prompts are the held-out split of the draft head's training prompts (training/draft_data.py): about
 topics the head never saw, two structured and two creative by default. Everything is measured
@@ -44,6 +46,7 @@ from .agreement import agreement_report
 from .bandwidth import bandwidth_report
 from .costs import cost_report
 from .measure import Timing, bench_prompts, measure, ours, paired_ratio, peak_rss_mib, theirs, write_report
+from .served import served_report
 from .suite import suite_report
 from .trees import tree_report
 
@@ -122,6 +125,15 @@ def main() -> None:
         help="--agreement: also write each head's results into its folder "
         "(agreement.json, which the app's explainer quotes for the shipped head)",
     )
+    parser.add_argument("--server", default="", help="an OpenAI-compatible server's base URL: check it (served.py)")
+    parser.add_argument("--model", default="", help="--server: the model name it serves")
+    parser.add_argument("--baseline", default="", help="--server: the same model served without speculation")
+    parser.add_argument("--sets", default="structured", help="--server: prompt sets, comma-separated (the app's)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="--server: seconds one read may take")
+    parser.add_argument(
+        "--compare", action="store_true", help="--server: this engine's n-gram drafter beside it (embedded model)"
+    )
+    parser.add_argument("--lookup", default="3,1", help="--compare: the server's prompt_lookup_max,prompt_lookup_min")
     parser.add_argument(
         "--force-avx2",
         action="store_true",
@@ -152,6 +164,9 @@ def main() -> None:
         return
     if args.agreement:
         write_report(agreement_report(args), args.out, "agreement")
+        return
+    if args.server:
+        write_report(served_report(args), args.out, "served")
         return
 
     target = load_model(EMBEDDED_ID)

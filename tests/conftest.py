@@ -210,6 +210,14 @@ VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "pyth
 VLLM_START_SECONDS = 400  # about 100 s alone on 2 cores; more while other tests share them
 VLLM_MODEL = "smollm2-135m-ngram"
 VLLM_SPECULATION = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+# vLLM's API server, asked by Linux to stop when the test run's process dies without its teardown (a killed run):
+# it then stops its engine itself.
+VLLM_LAUNCHER = """
+import ctypes, runpy, signal, sys
+ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+sys.argv[0] = "vllm"
+runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+"""
 
 
 @dataclass(frozen=True)
@@ -251,7 +259,7 @@ def vllm_server(tmp_path_factory) -> Iterator[ServedModel]:
     port = loopback_port()
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     command = [
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        str(VLLM_PYTHON), "-c", VLLM_LAUNCHER,
         "--model", str(_embedded_converted()), "--served-model-name", VLLM_MODEL,
         "--dtype", "float32", "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port),
         "--speculative-config", json.dumps(VLLM_SPECULATION),

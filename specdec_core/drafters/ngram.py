@@ -14,12 +14,18 @@ from .base import Draft, Drafter
 class NgramDrafter(Drafter):
     """Prompt lookup (Saxena 2023): find the latest earlier occurrence of the last n tokens
     and propose what followed it. Costs no model pass; gives no q, so the acceptance rule
-    treats each guess as certain (q one-hot)."""
+    treats each guess as certain (q one-hot).
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, name: str = "n-gram lookup") -> None:
+    earliest=True follows vLLM's n-gram proposer instead (the longest match's earliest occurrence, whatever
+    follows it up to k), so that a run beside a vLLM server drafts the same tokens (served/compare.py)."""
+
+    def __init__(
+        self, max_ngram: int = 3, min_ngram: int = 1, name: str = "n-gram lookup", earliest: bool = False
+    ) -> None:
         self.name = name
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.earliest = earliest
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
@@ -38,6 +44,9 @@ class NgramDrafter(Drafter):
         """Up to k tokens that followed an earlier occurrence of the last n. Latest match first: recent text
         predicts the continuation best. A match too close to the end (inside a repeating run) leaves fewer than
         k tokens after it: an earlier one may not."""
+        if n and self.earliest:
+            start = min(_starts(context, n))
+            return tuple(context[start + n : start + n + k])
         best: list[int] = []
         for start in _starts(context, n) if n else ():
             continuation = context[start + n : start + n + k]

@@ -1,10 +1,10 @@
 """The same prompt through this engine's n-gram drafter, beside a served model's n-gram speculation.
 
 For the embedded model served elsewhere (vLLM on its converted folder): this engine runs the prompt greedily with
-NgramDrafter at the server's k and lookup window, counts drafts and acceptances as the server does
-(metrics.SpecCounters), and compares the two greedy outputs token by token. Where they part, both tokens'
-probabilities under this engine's target at that position say whether it is a near-tie that different kernels
-may break either way, or a real disagreement.
+NgramDrafter at the server's k and lookup window, choosing among matches as vLLM does; counts drafts and
+acceptances as the server does (metrics.SpecCounters); and compares the two greedy outputs token by token.
+Where they part, both tokens' probabilities under this engine's target at that position say whether it is a
+near-tie that different kernels may break either way, or a real disagreement.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def side_by_side(
     """The prompt through this engine's n-gram drafter, greedy, at the server's settings; compared with the
     server's greedy tokens (its completion's ids)."""
     prompt_ids = encode_prompt(target.tokenizer, prompt)
-    drafter = NgramDrafter(max_ngram=lookup.prompt_lookup_max, min_ngram=lookup.prompt_lookup_min)
+    drafter = NgramDrafter(lookup.prompt_lookup_max, lookup.prompt_lookup_min, earliest=True)  # vLLM's choice
     config = GenerationConfig(max_new_tokens=max_tokens, sampling=SamplingConfig(temperature=0.0))
     stops = stop_token_ids(target.tokenizer, target.model)
     draft = DraftConfig(k=lookup.num_speculative_tokens)
@@ -108,10 +108,12 @@ def next_token_probs(target: LoadedModel, context: list[int]) -> torch.Tensor:
     return torch.softmax(logits[0], dim=-1)
 
 
-def comparison_record(side: SideBySide) -> dict:
-    """The side by side's figures by field name, beside a prompt's server figures (prefixed `ours_`)."""
+def comparison_record(side: SideBySide, server: SpecCounters | None) -> dict:
+    """The side by side's figures by field name, beside a prompt's server figures (prefixed `ours_`); same_counts:
+    whether both drafted and accepted alike, position by position."""
     parting = side.parting
     return {
+        "same_counts": side.ours == server,
         "ours_drafts": side.ours.drafts,
         "ours_tokens_per_pass": None if side.ours.tokens_per_pass is None else round(side.ours.tokens_per_pass, 3),
         "ours_acceptance_rate": None if side.ours.acceptance_rate is None else round(side.ours.acceptance_rate, 3),

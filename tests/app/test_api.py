@@ -10,7 +10,7 @@ from gradio_client import Client
 
 from app.ui import build_ui, launch
 from app.views import AFTER_END
-from app.workload_handlers import COLUMN_HEADERS
+from app.workload_report import COLUMN_HEADERS
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
 from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID
 
@@ -27,7 +27,7 @@ RACE_DEFAULTS = dict(
     seed=0,
     max_new_tokens=32,
 )
-TREE_TITLE = re.compile(r"Step (\d+) of (\d+): a \w+ of (\d+) drafted tokens, (\d+) accepted")
+TREE_TITLE = re.compile(r"Step (\d+) of (\d+) with a draft: a \w+ of (\d+) tokens \(.*\), (\d+) accepted")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def values(array: list | dict) -> list:
 
 
 def test_race_returns_both_panes_and_identical_greedy_outputs(client):
-    plain_pane, spec_pane, plot, summary, details, tree, tree_step = race(client, drafter=DRAFT_BF16)
+    plain_pane, spec_pane, plot, summary, details, tree, rule, tree_step = race(client, drafter=DRAFT_BF16)
     assert "tok-accepted" in spec_pane
     assert "target only" in plain_pane and "speculative" in spec_pane
     assert details["identical"] is True
@@ -78,7 +78,7 @@ def test_race_returns_both_panes_and_identical_greedy_outputs(client):
 
 
 def test_race_with_the_trained_head_is_identical_and_shows_both_outcomes(client):
-    plain_pane, spec_pane, _, summary, details, _, _ = race(
+    plain_pane, spec_pane, _, summary, details, *_ = race(
         client,
         drafter=DRAFT_EAGLE,
         k=4,
@@ -93,7 +93,7 @@ def test_race_with_the_trained_head_is_identical_and_shows_both_outcomes(client)
 
 @pytest.mark.parametrize("drafter", [DRAFT_EAGLE_TREE, DRAFT_HYBRID])
 def test_tree_drafters_race_identically_and_return_the_tree_view(client, drafter):
-    *_, details, tree, tree_step = race(
+    *_, details, tree, rule, tree_step = race(
         client,
         drafter=drafter,
         k=3,
@@ -144,7 +144,7 @@ def test_bad_input_gets_a_clear_message_and_the_app_keeps_working(client, overri
 
 def test_unicode_and_markup_in_the_prompt_are_rendered_safely(client):
     prompt = 'Répète: "<script>alert(1)</script>" \x00\x1b[31m ✓ 日本語 <img src=x onerror=alert(2)>'
-    plain_pane, spec_pane, _, summary, details, _, _ = race(client, prompt=prompt, max_new_tokens=24)
+    plain_pane, spec_pane, _, summary, details, *_ = race(client, prompt=prompt, max_new_tokens=24)
     for html in (plain_pane, spec_pane, summary):
         assert "<script" not in html and "<img" not in html
     assert details["identical"] is True
@@ -156,7 +156,7 @@ def test_app_still_works_after_errors(client):
 
 
 def test_workload_check_reports_each_prompt(client):
-    status, table, chart, files = client.predict(
+    status, table, chart, files, *_ = client.predict(
         sets=["custom"],
         own_prompts="Repeat exactly: alpha beta gamma delta.\nWrite one word: blue.",
         own_temperature=0.0,
@@ -183,7 +183,7 @@ def test_workload_check_reports_each_prompt(client):
 
 
 def test_spec_bench_sets_run_through_the_workload_check(client):
-    status, table, chart, files = client.predict(
+    status, table, chart, files, *_ = client.predict(
         sets=["spec_bench:qa", "spec_bench:summarization"],
         own_prompts="",
         own_temperature=0.0,
@@ -192,6 +192,7 @@ def test_spec_bench_sets_run_through_the_workload_check(client):
         k=3,
         adaptive=False,
         max_new_tokens=12,
+        repeats=1,  # repeats are checked on two short prompts above and in test_workload.py
         api_name="/workload_check",
     )
     rows, headers = table["data"], table["headers"]

@@ -6,6 +6,7 @@ Run alone with `pytest -m browser`. SPECDEC_SCREENSHOT=path keeps the screenshot
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,30 @@ def page():
         browser.close()
 
 
+def plotly(page, element: str) -> dict:
+    """The data and layout plotly drew in a gr.Plot (the graph div carries them)."""
+    return page.evaluate(
+        f"() => {{ const g = document.querySelector('{element} .js-plotly-plot'); "
+        "return {data: g.data, layout: g.layout}; }"
+    )
+
+
+def summary_cell(page, row: str) -> str:
+    """The speculative column of a summary row."""
+    return page.locator("#race-summary tr", has_text=row).locator("td").nth(1).inner_text()
+
+
+def race_again(page, timeout_ms: int = 180_000) -> None:
+    page.get_by_role("button", name="Race", exact=True).click()
+    page.wait_for_selector("#race-summary table.summary", state="detached", timeout=60_000)
+    page.wait_for_selector("#race-summary table.summary", timeout=timeout_ms)
+
+
+def choose(page, element: str, option: str) -> None:
+    page.locator(f"{element} input").click()
+    page.get_by_role("option", name=option, exact=False).click()
+
+
 def test_race_shows_coloured_tokens_and_a_chart(app_url, page, tmp_path):
     page.goto(app_url)
     running = page.locator("#running-line").inner_text()
@@ -58,8 +83,8 @@ def test_race_shows_coloured_tokens_and_a_chart(app_url, page, tmp_path):
     page.wait_for_selector("#race-summary table.summary", timeout=120_000)
     accepted = page.locator("#spec-pane .tok-accepted")
     assert accepted.count() > 0
-    title = accepted.first.get_attribute("title")
-    assert "draft q=" in title and "target p=" in title and "accept prob=" in title
+    titles = [accepted.nth(i).get_attribute("title") for i in range(accepted.count())]
+    assert all("argmax match: yes" in title and "target p=" in title for title in titles)  # greedy: the rule's own
     assert "identical" in page.locator("#race-summary").inner_text()
     assert page.locator("#plain-pane .tok-target").count() > 0
     shot = Path(os.environ.get("SPECDEC_SCREENSHOT", tmp_path / "race.png"))
@@ -67,16 +92,57 @@ def test_race_shows_coloured_tokens_and_a_chart(app_url, page, tmp_path):
     assert shot.stat().st_size > 20_000
 
 
+def test_the_pages_numbers_agree_with_each_other(app_url, page):
+    """Slider steps = steps with a draft, the plain passes stated; the charts end at the table's values."""
+    passes = summary_cell(page, "target passes")  # "90 = 44 + 46 (+6 saved)"
+    total, drafted, plain = (int(n) for n in re.match(r"(\d+) = (\d+) \+ (\d+)", passes).groups())
+    assert total == drafted + plain
+    assert (
+        f"Step with a draft: {drafted} of them; the run also took {plain} plain passes"
+        in page.locator("#tree-step").inner_text()
+    )
+    charts = plotly(page, "#race-charts")
+    speedup = next(t for t in charts["data"] if t.get("xaxis") == "x4")
+    assert f"{speedup['y'][-1]:.2f}×" == summary_cell(page, "speedup")
+    rates = {t["name"]: t["y"][-1] for t in charts["data"] if t.get("name") in ("target only", "speculative")}
+    table = page.locator("#race-summary tr", has_text="tokens / s").locator("td")
+    assert [f"{rates['target only']:.1f}", f"{rates['speculative']:.1f}"] == [
+        table.nth(0).inner_text(),
+        table.nth(1).inner_text(),
+    ]
+    drawn = {t.get("name") for t in charts["data"] if t.get("showlegend") is not False and t.get("x")}
+    assert {t.get("name") for t in charts["data"] if t.get("showlegend") is not False} == drawn  # legend = drawn
+
+
+def test_the_tree_legend_tells_lookup_from_head_guesses(app_url, page):
+    """Step back through the default hybrid's race to a step where both the lookup and the head proposed nodes."""
+    sources = summary_cell(page, "accepted drafts by source")
+    assert "lookup" in sources and "head" in sources
+    steps = int(re.search(r"Step with a draft: (\d+)", page.locator("#tree-step").inner_text()).group(1))
+    number = page.locator("#tree-step input[type='number']")
+    for step in range(steps, 0, -1):
+        number.fill(str(step))
+        number.press("Enter")
+        page.wait_for_function(
+            f"document.querySelector('#tree-view .gtitle').textContent.startsWith('Step {step} of')", timeout=30_000
+        )
+        key = plotly(page, "#tree-view")["layout"]["annotations"][0]["text"]
+        if "◆ lookup guess" in key and "● head guess" in key:
+            symbols = {
+                s for t in plotly(page, "#tree-view")["data"] for s in (t.get("marker") or {}).get("symbol") or []
+            }
+            assert {"diamond", "circle"} <= symbols
+            return
+    pytest.fail("no step of the hybrid's race drew both lookup and head guesses")
+
+
 def test_tree_view_follows_the_race_and_replays_a_step(app_url, page, tmp_path):
-    page.locator("#drafter input").click()
-    page.get_by_role("option", name="EAGLE head, tree", exact=False).click()
-    page.get_by_role("button", name="Race", exact=True).click()
-    page.wait_for_selector("#race-summary table.summary", state="detached", timeout=60_000)
-    page.wait_for_selector("#race-summary table.summary", timeout=180_000)
+    choose(page, "#drafter", "EAGLE head, tree")
+    race_again(page)
     page.wait_for_selector("#tree-view [data-testid='plotly']", timeout=60_000)
     title = page.locator("#tree-view .gtitle").text_content()  # SVG text: no inner_text
     assert title.startswith("Step ") and ("a tree of" in title or "a chain of" in title)
-    total = int(title.split(" of ")[1].split(":")[0])
+    total = int(title.split(" of ")[1].split(" ")[0])
     assert page.locator("#tree-view .scatterlayer .trace").count() >= 3  # edges, nodes, the target's token
     assert page.locator("#spec-pane .tok-marker").count() > 0 and page.locator("#spec-pane .tok-rejected").count() == 0
     number = page.locator("#tree-step input[type='number']")
@@ -90,6 +156,33 @@ def test_tree_view_follows_the_race_and_replays_a_step(app_url, page, tmp_path):
     page.screenshot(path=str(shot), full_page=True)
     page.get_by_label("Show refused drafts inline").check()
     page.wait_for_selector("#spec-pane .tok-rejected", timeout=30_000)
+    page.get_by_label("Show refused drafts inline").uncheck()
+
+
+@pytest.mark.parametrize(
+    "drafter, rule",
+    [
+        ("EAGLE draft head trained here (1 layer), chain", "kept with min(1, p/q)="),
+        ("n-gram lookup + EAGLE", "kept with p(x)="),
+    ],
+)
+def test_sampled_races_show_each_rule_and_its_picture(app_url, page, tmp_path, drafter, rule):
+    choose(page, "#drafter", drafter)
+    page.get_by_label("sampling").check()
+    race_again(page)
+    titles = page.locator("#spec-pane .tok-accepted").evaluate_all("nodes => nodes.map(n => n.title)")
+    assert titles and any(rule in title for title in titles)
+    assert all("argmax" not in title for title in titles)
+    page.wait_for_selector("#rule-picture [data-testid='plotly']", timeout=30_000)
+    meta = plotly(page, "#rule-picture")["layout"]["meta"]
+    assert meta["accepted_mass"]  # the deciding node tried at least one child
+    assert all(abs(a + b - 1) < 1e-4 for a, b in zip(meta["accepted_mass"], meta["residual_mass"], strict=True))
+    name = "sampled-chain" if "chain" in drafter else "sampled-tree"
+    page.screenshot(path=str(Path(os.environ.get("SPECDEC_SHOTS", tmp_path)) / f"{name}.png"), full_page=True)
+    page.locator("#rule-picture").screenshot(
+        path=str(Path(os.environ.get("SPECDEC_SHOTS", tmp_path)) / f"rule-{name}.png")
+    )
+    page.get_by_label("greedy").check()
 
 
 def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, page):
@@ -101,10 +194,14 @@ def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, 
     page.wait_for_selector("#cost-curve [data-testid='plotly']", timeout=30_000)
     costs = page.locator("#machine-costs").inner_text()
     assert "Measured on this machine" in costs and "T(5)/T(1)" in costs and "c = " in costs
+    page.get_by_text("Kernel timings by pass width").click()  # behind an accordion: not on the lesson's path
+    page.wait_for_selector("#kernel-table table", timeout=30_000)
+    kernels = page.locator("#kernel-table").inner_text()
     assert (
-        costs.count("target linears") == 1 and "target linears: " in costs and " for 1" in costs
+        kernels.count("target linears") == 1 and "target linears: " in kernels and " for 1" in kernels
     )  # the kernel by width
-    assert "packed (oneDNN)" in costs and "stock (F.linear)" in costs  # and each one's timing by width, a table
-    assert ("packed (MKL)" in costs) == torch.backends.mkl.is_available()
+    assert "packed (oneDNN)" in kernels and "stock (F.linear)" in kernels  # and each one's timing by width, a table
+    assert ("packed (MKL)" in kernels) == torch.backends.mkl.is_available()
+    page.wait_for_selector("#explainer-rule-picture [data-testid='plotly']", timeout=30_000)
     if shot := os.environ.get("SPECDEC_COSTS_SCREENSHOT"):  # the machine's costs alone, to look at
         page.locator("#machine-costs").screenshot(path=shot)

@@ -89,7 +89,7 @@ def test_greedy_shows_the_argmax_match(greedy_chain, text):
 @pytest.mark.parametrize("which", ["sampled_chain", "sampled_tree"])
 def test_the_rules_picture_keeps_accepted_plus_residual_mass_at_one(which, text, request):
     race = request.getfixturevalue(which)
-    refused = [step for step in race.spec_steps if step.judgements[-1].trials and step.next_emitted]
+    refused = [step for step in race.spec_steps if step.next_emitted]
     assert refused
     for step in refused[:5]:
         fig = rule_charts.rule_figure(step, text)

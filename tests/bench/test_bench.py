@@ -70,6 +70,25 @@ def test_suite_reports_each_chosen_method_per_category(tmp_path, embedded):
     assert report["overall"]["head k=3"]["tokens_per_pass_se"] is None  # no spread from one prompt a category
 
 
+@pytest.mark.slow
+def test_server_checks_a_served_model_beside_this_engine(tmp_path, vllm_server):
+    result = run_bench(
+        "--server", vllm_server.url, "--model", vllm_server.model, "--sets", "spec_bench:qa", "--tokens", "16",
+        "--compare", "--lookup", "{prompt_lookup_max},{prompt_lookup_min}".format(**vllm_server.speculation),
+        out=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(next(tmp_path.glob("served-*.json")).read_text())
+    assert report["lookup"]["num_speculative_tokens"] == vllm_server.speculation["num_speculative_tokens"]
+    [qa] = report["sets"]
+    assert qa["workload"] == "spec_bench:qa" and qa["prompts"] == len(report["prompts"]) > 0
+    assert 0 <= qa["acceptance_rate"] <= 1 and qa["tokens_per_pass"] >= 1 and qa["tok_s"] > 0
+    assert sum(p["accepted"] for p in report["prompts"]) == qa["accepted"]
+    k = vllm_server.speculation["num_speculative_tokens"]
+    for prompt in report["prompts"]:
+        assert isinstance(prompt["identical"], bool) and len(prompt["ours_acceptance_by_position"]) == k
+
+
 def test_suite_names_a_method_it_does_not_know(tmp_path):
     result = run_bench("--suite", "realistic", "--methods", "hybrid k=3,magic", out=tmp_path)
     assert result.returncode != 0 and "no method named ['magic']" in result.stderr

@@ -33,3 +33,11 @@ def test_match_is_the_longest_ngram_that_occurred_before_and_propose_continues_i
     assert drafter.continuation(context, 2, 2) == lookup(context, 2) == (9, 3)
     assert drafter.continuation(context, 1, 2) == (9, 3)  # the latest (2) leaves room for 2 tokens too
     assert drafter.match([1, 2, 3]) == 0 and drafter.continuation([1, 2, 3], 0, 2) == ()
+
+
+def test_earliest_takes_the_first_occurrence_of_the_longest_match_as_vllm_does():
+    drafter = NgramDrafter(earliest=True)
+    assert drafter.propose([1, 2, 3, 4, 9, 1, 2, 3, 5, 6, 7, 1, 2, 3], 3, GREEDY).tokens == (4, 9, 1)
+    assert drafter.propose([5, 6, 5, 6, 5, 6], 5, GREEDY).tokens == (5, 6)  # what follows it, even if short of k
+    assert drafter.propose([1, 2, 8, 3, 2, 9, 3, 2], 2, GREEDY).tokens == (9, 3)  # the longest n first, as before
+    assert drafter.propose([1, 2, 3], 2, GREEDY).tokens == ()
