@@ -186,17 +186,21 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
     ended = "" if step.next_emitted else f" (the answer ended at the end token, depth {len(step.emitted_path)})"
     fig.update_layout(
         title=dict(
-            text=f"Step {index + 1} of {total} with a draft: a {shape} of {step.drafted_count} tokens "
+            text=f"Step {index + 1} of {total} with a draft: a {shape} of {step.drafted_count} tokens<br>"
             f"({draft_makeup(step)}), {step.accepted_count} accepted{ended}",
             font_size=14,
+            x=0.01,
+            xanchor="left",
         )
     )
-    fig.add_annotation(
+    fig.add_annotation(  # under the axis title, in pixels, whatever the figure's height
         text=f"Shapes: {source_key(step)} · rule: {RULE_VALUES[step.rule]}",
         xref="paper",
         yref="paper",
         x=0,
-        y=-0.14,
+        y=0,
+        yanchor="top",
+        yshift=-46,
         showarrow=False,
         xanchor="left",
         font=dict(size=12, color=COLORS["plain"]),
@@ -204,7 +208,8 @@ def tree_figure(step: SpecStep | None, text, index: int = 0, total: int = 0) -> 
     fig.update_xaxes(title_text="depth (tokens after the context)", dtick=1, zeroline=False)
     fig.update_yaxes(visible=False, range=[min(y.values()) - 0.6, max(y.values()) + 0.9])
     leaves = sum(1 for node in range(step.drafted_count) if node not in step.parents)
-    return legend_on_top(style(fig, height=min(TREE_MAX_HEIGHT, 240 + ROW_PIXELS * leaves)))
+    legend_on_top(style(fig, height=min(TREE_MAX_HEIGHT, 280 + ROW_PIXELS * leaves)))
+    return fig.update_layout(margin=dict(t=104, b=76))  # room for the two-line title and the shapes' key
 
 
 def source_key(step: SpecStep) -> str:

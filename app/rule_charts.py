@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from specdec_core import SpecStep
 from specdec_core.events import ARGMAX_MATCH, Judgement, Trial
 
-from .chart_style import COLORS, legend_on_top, style
+from .chart_style import COLORS, style
 from .views import RULE_VALUES
 
 MOST_TRIALS = 3  # siblings drawn side by side; a wider node's later tries are summarised in the title
@@ -44,7 +44,12 @@ def rule_figure(step: SpecStep | None, text) -> go.Figure:
     _drawn_bars(fig, last, last_labels, len(trials) + 1)
     where = "the root" if judgement.node < 0 else f"accepted node {judgement.node + 1}"
     fig.update_layout(
-        title=dict(text=f"The rule at {where} ({RULE_VALUES[step.rule]}): children tried in draft order", font_size=14),
+        title=dict(
+            text=f"The rule at {where} ({RULE_VALUES[step.rule]}): children tried in draft order",
+            font_size=14,
+            x=0.01,
+            xanchor="left",
+        ),
         meta={
             "accepted_mass": [t.accepted_mass for t in trials],
             "residual_mass": [t.residual_mass for t in trials],
@@ -53,7 +58,8 @@ def rule_figure(step: SpecStep | None, text) -> go.Figure:
     )
     fig.update_annotations(font_size=12)
     fig.update_yaxes(range=[0, 1.05], title_text="probability", col=1)
-    return legend_on_top(style(fig, height=400), above_titles=True)
+    style(fig, height=420)  # the legend below: above, it would meet the title and the panels' titles
+    return fig.update_layout(legend=dict(orientation="h", x=0, y=-0.1, yanchor="top"), margin=dict(t=96, b=72))
 
 
 def _labels(tokens: tuple[int, ...], text) -> list[str]:

@@ -203,8 +203,9 @@ def _side_by_side(rows: list[dict]) -> str:
     served = [r["tokens_per_pass"] for r in compared if r["tokens_per_pass"] is not None]
     lines = [
         f"\n**Beside this engine's n-gram drafter** (greedy, same k and lookup window): {same} of {len(compared)} "
-        f"outputs identical token by token, {counted_alike} drafted and accepted alike draft for draft; tokens per "
-        f"pass {_mean(served)} on the server, {_mean(ours)} here."
+        f"outputs identical token by token, {counted_alike} drafted and accepted alike draft for draft (an answer "
+        f"cut by the token budget may differ in its last draft: vLLM drafts k there, this engine what the budget "
+        f"leaves); tokens per pass {_mean(served)} on the server, {_mean(ours)} here."
     ]
     for r in compared:
         if not r["identical"]:

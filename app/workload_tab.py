@@ -82,7 +82,7 @@ def workload_tab(race: dict) -> None:
     gr.Markdown(f"<p class='note'>{SPREAD_RULE} {COPY_RULE}</p>")
     with gr.Accordion("Read a prompt's whole output", open=True):
         picker = gr.Dropdown(choices=[], value=None, label="Prompt", info="filled when a check is done")
-        verdict = gr.Markdown()
+        verdict = gr.Markdown(elem_id="workload-output-note")
         with gr.Row():
             prompt_text = gr.Textbox(label="Prompt", lines=6, max_lines=14, interactive=False)
             output_text = gr.Textbox(label="Speculative output", lines=6, max_lines=14, interactive=False)

@@ -262,7 +262,7 @@ def vllm_server(tmp_path_factory) -> Iterator[ServedModel]:
         str(VLLM_PYTHON), "-c", VLLM_LAUNCHER,
         "--model", str(_embedded_converted()), "--served-model-name", VLLM_MODEL,
         "--dtype", "float32", "--max-model-len", "2048", "--host", "127.0.0.1", "--port", str(port),
-        "--speculative-config", json.dumps(VLLM_SPECULATION),
+        "--speculative-config", json.dumps(VLLM_SPECULATION), "--per-request-spec-decode-metrics", "summary",
     ]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with log.open("w") as out:

@@ -33,8 +33,19 @@ class PromptResult:
 
     prompt: ServedPrompt
     completion: Completion
-    counts: SpecCounters | None  # this prompt's share of the counters; None: the server exposes none
+    metrics_counts: SpecCounters | None  # the counters' change over the prompt; None: the server exposes none
     baseline: Completion | None = None
+
+    @property
+    def counts(self) -> SpecCounters | None:
+        """The request's own counts where its response carries them, else the counters' change over it."""
+        return self.completion.counts if self.completion.counts is not None else self.metrics_counts
+
+    @property
+    def counted_by(self) -> str:
+        if self.completion.counts is not None:
+            return "response"
+        return "/metrics" if self.metrics_counts is not None else "none"
 
     @property
     def speedup(self) -> float | None:
@@ -76,7 +87,8 @@ def check_prompt(
     max_seconds: float,
     baseline: ServerClient | None = None,
 ) -> PromptResult:
-    """The prompt on the server, its counters around it; then on the baseline server, where given."""
+    """The prompt on the server, its counters around it (and its own counts, where the response carries them);
+    then on the baseline server, where given."""
     before = server.counters()
     completion = server.complete(prompt.text, max_tokens, prompt.temperature, max_seconds)
     counts = None if before is None else settled(server, before).minus(before)
@@ -147,6 +159,7 @@ def prompt_record(result: PromptResult) -> dict:
         "completion_tokens": result.completion.completion_tokens,
         "first_token_s": round(result.completion.first_token_seconds, 3),
         "tok_s": round(result.completion.tokens_per_second, 2),
+        "counted_by": result.counted_by,  # "response", "/metrics" or "none"
         "drafts": None if counts is None else counts.drafts,
         "draft_tokens": None if counts is None else counts.draft_tokens,
         "accepted": None if counts is None else counts.accepted,

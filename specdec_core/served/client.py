@@ -15,7 +15,7 @@ import openai
 
 from .addresses import ServerAddress
 from .errors import ServerError
-from .metrics import SpecCounters, read_counters
+from .metrics import SpecCounters, counters_in_response, read_counters
 
 # vLLM's extra request field: each streamed chunk carries the ids of its tokens (ignored by servers without it).
 TOKEN_IDS = {"return_token_ids": True}
@@ -32,6 +32,7 @@ class Completion:
     first_token_seconds: float  # from sending the request to the first chunk with text
     seconds: float  # from sending the request to the end of the stream
     finish_reason: str | None
+    counts: SpecCounters | None = None  # this request's speculative counts, where the response carries them
 
     @property
     def tokens_per_second(self) -> float:
@@ -104,12 +105,13 @@ class ServerClient:
         )
         text: list[str] = []
         ids: list[int] = []
-        first = usage = finish = prompt_ids = None
+        first = usage = finish = prompt_ids = counts = None
         with stream:
             for chunk in stream:
                 prompt_ids = prompt_ids or getattr(chunk, "prompt_token_ids", None)
                 if chunk.usage is not None:
                     usage = chunk.usage.completion_tokens
+                    counts = counters_in_response(getattr(chunk, "metrics", None))  # on the usage chunk
                 for choice in chunk.choices:
                     if choice.delta.content:
                         first = first if first is not None else time.perf_counter() - started
@@ -125,7 +127,9 @@ class ServerClient:
                 "stream with usage."
             )
         prompt_ids = tuple(prompt_ids) if prompt_ids else None
-        return Completion("".join(text), tuple(ids) or None, prompt_ids, usage, first or seconds, seconds, finish)
+        return Completion(
+            "".join(text), tuple(ids) or None, prompt_ids, usage, first or seconds, seconds, finish, counts
+        )
 
     def _not_found(self) -> str:
         """A 404: a model name the server does not serve (then say which it does), or no such API at all."""

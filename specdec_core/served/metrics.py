@@ -2,8 +2,9 @@
 
 vLLM counts, since it started: drafts (target passes that verified a draft), drafted tokens, accepted tokens, and
 accepted tokens by draft position. Requests are sent one at a time, so the change of each counter over a request
-belongs to that request. prometheus_client's parser reads the page (it strips a counter's `_total` suffix from the
-family name).
+belongs to that request. A vLLM started with --per-request-spec-decode-metrics also returns each request's own
+counts in its response (counters_in_response), which hold under concurrent traffic too. prometheus_client's
+parser reads the page (it strips a counter's `_total` suffix from the family name).
 """
 
 from __future__ import annotations
@@ -97,6 +98,23 @@ def parse_counters(text: str, model: str | None = None) -> SpecCounters | None:
     return SpecCounters(
         int(totals.get(DRAFTS, 0)), int(totals.get(DRAFT_TOKENS, 0)), int(totals.get(ACCEPTED, 0)), positions
     )
+
+
+def counters_in_response(metrics: object) -> SpecCounters | None:
+    """One request's counts as vLLM returns them in the response (`metrics.speculative_decoding`, with
+    --per-request-spec-decode-metrics; experimental there); None when absent or not in that shape. Its histogram
+    holds, at j, the verifying passes that accepted exactly j drafts: position i was accepted in those with j > i."""
+    stats = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    try:
+        histogram = [int(count) for count in stats["acceptance_histogram"]]
+        return SpecCounters(
+            int(stats["num_spec_steps"]),
+            int(stats["num_draft_tokens"]),
+            int(stats["num_accepted_draft_tokens"]),
+            tuple(sum(histogram[i + 1 :]) for i in range(int(stats["num_spec_tokens"]))),
+        )
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 def read_counters(client: httpx.Client, metrics_url: str, model: str | None) -> SpecCounters | None:

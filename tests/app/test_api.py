@@ -1,10 +1,8 @@
 """The launched app driven through gradio_client on the embedded default, as a script would use it."""
 
-import base64
 import json
 import re
 
-import numpy as np
 import pytest
 from gradio_client import Client
 
@@ -13,6 +11,7 @@ from app.views import AFTER_END
 from app.workload_report import COLUMN_HEADERS
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
 from specdec_core.drafters import DRAFT_EAGLE, DRAFT_EAGLE_TREE, DRAFT_HYBRID
+from tests.app.conftest import values
 
 pytestmark = pytest.mark.slow
 RACE_DEFAULTS = dict(
@@ -27,7 +26,7 @@ RACE_DEFAULTS = dict(
     seed=0,
     max_new_tokens=32,
 )
-TREE_TITLE = re.compile(r"Step (\d+) of (\d+) with a draft: a \w+ of (\d+) tokens \(.*\), (\d+) accepted")
+TREE_TITLE = re.compile(r"Step (\d+) of (\d+) with a draft: a \w+ of (\d+) tokens<br>\(.*\), (\d+) accepted")
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +51,6 @@ def traces(plot: dict) -> dict[str, dict]:
 def markers(nodes: dict[str, dict], *names: str) -> int:
     """How many points the traces of these names (those present) draw."""
     return sum(len(values(nodes[name]["x"])) for name in names if name in nodes)
-
-
-def values(array: list | dict) -> list:
-    """A trace's x or y: a JSON list, or a numpy array, which plotly writes as a typed array (base64 and dtype)."""
-    if isinstance(array, dict):
-        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
-    return list(array)
 
 
 def test_race_returns_both_panes_and_identical_greedy_outputs(client):

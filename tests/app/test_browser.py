@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.app.conftest import values
+
 pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -42,11 +44,15 @@ def page():
 
 
 def plotly(page, element: str) -> dict:
-    """The data and layout plotly drew in a gr.Plot (the graph div carries them)."""
-    return page.evaluate(
+    """The data and layout plotly drew in a gr.Plot (the graph div carries them); x and y as lists (a numpy array
+    reaches the page as base64 with its dtype)."""
+    figure = page.evaluate(
         f"() => {{ const g = document.querySelector('{element} .js-plotly-plot'); "
         "return {data: g.data, layout: g.layout}; }"
     )
+    for trace in figure["data"]:
+        trace.update({axis: values(trace[axis]) for axis in ("x", "y") if trace.get(axis) is not None})
+    return figure
 
 
 def summary_cell(page, row: str) -> str:
@@ -205,3 +211,30 @@ def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, 
     page.wait_for_selector("#explainer-rule-picture [data-testid='plotly']", timeout=30_000)
     if shot := os.environ.get("SPECDEC_COSTS_SCREENSHOT"):  # the machine's costs alone, to look at
         page.locator("#machine-costs").screenshot(path=shot)
+
+
+def test_workload_check_shows_its_configuration_outputs_and_copy_flag(app_url, page, tmp_path):
+    page.get_by_role("tab", name="Workload check").click()
+    for name in ("structured (JSON, code edit, list, extraction, copying)", "creative (poem, story, brainstorm)"):
+        page.get_by_role("checkbox", name=name).uncheck()
+    page.get_by_role("checkbox", name="your prompts").check()
+    copying = "Repeat exactly, word for word: the quick brown fox jumps over the lazy dog near the river bank."
+    page.get_by_label("Your prompts, one per line").fill(f"{copying}\nName three colours.")
+    for slider, value in (("#workload-repeats", "2"), ("#workload-tokens", "24")):
+        page.locator(f"{slider} input[type='number']").fill(value)
+        page.locator(f"{slider} input[type='number']").press("Tab")
+    page.get_by_role("button", name="Run workload check").click()
+    page.wait_for_selector("#workload-status :text('Per set')", timeout=300_000)
+    config = page.locator("#workload-config").inner_text()
+    assert "this app's engine" in config and "n-gram lookup + EAGLE" in config and "24" in config
+    assert "2 (median and min–max" in config and "AVX" in config and "Commit" in config
+    table = page.locator("#workload-table").inner_text()
+    assert "⚠ copies" in table  # the copying prompt is flagged, and only it
+    assert table.count("⚠ copies") == 1
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('textarea')].some(t => t.value.startsWith('Repeat exactly'))",
+        timeout=30_000,
+    )  # the output viewer shows the first prompt and its whole output
+    assert "mostly copies the prompt" in page.locator("#workload-output-note").inner_text()
+    page.screenshot(path=str(Path(os.environ.get("SPECDEC_SHOTS", tmp_path)) / "workload-check.png"), full_page=True)
+    page.get_by_role("tab", name="Race").click()

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.conftest import loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Runs app.py as __main__ with every name lookup and outgoing connection recorded (non-loopback ones refused).
@@ -33,15 +34,9 @@ runpy.run_path("app.py", run_name="__main__")
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_app_starts_offline_and_serves_the_page(tmp_path):
-    port = free_port()
+    port = loopback_port()
     log = tmp_path / "connections.jsonl"
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1"}
     env.pop("GRADIO_ANALYTICS_ENABLED", None)  # app.py itself must turn analytics off

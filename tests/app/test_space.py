@@ -17,7 +17,8 @@ from app.presets import PRESETS
 from specdec_core.drafters import DRAFT_HYBRID
 from specdec_core.embedded import EMBEDDED_REQUIREMENT
 from specdec_core.sources import EMBEDDED_ID
-from tests.app.conftest import SpaceApp, deployed_copy, free_port, preload_ids, start_space, stop
+from tests.app.conftest import SpaceApp, deployed_copy, preload_ids, start_space, stop
+from tests.conftest import loopback_port
 
 RACE = dict(k=3, adaptive=False, decoding="greedy", temperature=1.0, top_k=0, top_p=1.0, seed=0, max_new_tokens=24)
 
@@ -129,7 +130,7 @@ def space_offline(tmp_path_factory, space_hub):
     log = tmp_path_factory.mktemp("space-offline-log") / "app.log"
     unreachable = {
         "PIP_CONFIG_FILE": os.devnull,
-        "PIP_INDEX_URL": f"http://127.0.0.1:{free_port()}/simple/",
+        "PIP_INDEX_URL": f"http://127.0.0.1:{loopback_port()}/simple/",
         "PIP_RETRIES": "0",
         "PIP_TIMEOUT": "5",
     }

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ import psutil
 from gradio_client import Client
 
 from specdec_core.limits import MAX_PROMPT_CHARS
+from tests.conftest import loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [
@@ -94,12 +94,6 @@ class Report:
             "peak_mib": round(self.peak_mib),
             "after_mib": round(self.after_mib),
         }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_app(port: int) -> subprocess.Popen:
@@ -228,7 +222,7 @@ def disconnect_mid_stream(url: str, long_tokens: int) -> None:
 
 
 def run(clients: int, races: int, tokens: int, long_tokens: int = 256) -> dict:
-    port = free_port()
+    port = loopback_port()
     url = f"http://127.0.0.1:{port}/"
     process = start_app(port)
     report = Report()

@@ -13,7 +13,7 @@ from specdec_core.served.errors import ServerError
 pytestmark = pytest.mark.slow
 COPYING = "Repeat this list exactly, twice: red, green, blue, cyan, magenta, yellow."
 OPEN = "Name one fruit."
-TOKENS = 40
+TOKENS = 96  # room for the copying answer to end on its own (finish_reason 'stop')
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +38,8 @@ def test_each_prompts_counters_hold_together(copying, vllm_server):
     # every token after the first comes from a decode pass: a verifying one (accepted + 1) or a plain one (1)
     assert counts.accepted + counts.drafts <= completion.completion_tokens - 1
     assert counts.tokens_per_pass == pytest.approx(1 + counts.accepted / counts.drafts)
+    # the request's own counts in its response (the fixture asks for them) equal the counters' change over it
+    assert copying.counted_by == "response" and completion.counts == copying.metrics_counts
 
 
 def test_completion_tokens_match_the_streamed_text(copying, embedded):
@@ -63,14 +65,17 @@ def test_a_wrong_model_name_names_the_model_served(vllm_server):
 
 
 def test_this_engines_ngram_drafter_beside_the_server(copying, embedded, vllm_server):
-    """Both greedy on the same weights, drafting by the same rule: where the outputs agree, so do the counts, draft
-    for draft; up to where they part, the server's tokens are this engine's argmax, so at the parting ours is at
-    least as likely as the server's under this engine's target (a near-tie where close)."""
+    """Both greedy on the same weights, drafting by the same rule: where the outputs agree and the answer ended on
+    its own, so do the counts, draft for draft (at a token budget's end vLLM still drafts k, this engine no more
+    than the budget leaves, so there they may differ in the last draft). Up to where outputs part, the server's
+    tokens are this engine's argmax, so at the parting ours is at least as likely as the server's under this
+    engine's target (a near-tie where close)."""
     assert copying.completion.prompt_token_ids == tuple(encode_prompt(embedded.tokenizer, COPYING))  # one template
     lookup = Lookup(**{key: value for key, value in vllm_server.speculation.items() if key != "method"})
     side = side_by_side(embedded, COPYING, copying.completion.token_ids, lookup, TOKENS)
     assert len(side.ours.accepted_by_position) == lookup.num_speculative_tokens
     assert 0 < side.ours.accepted <= side.ours.draft_tokens
+    assert copying.completion.finish_reason == "stop"
     if side.identical:
         assert side.ours == copying.counts
     else:

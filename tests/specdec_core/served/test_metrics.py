@@ -3,7 +3,7 @@
 import pytest
 
 from specdec_core.served.errors import ServerError
-from specdec_core.served.metrics import SpecCounters, parse_counters
+from specdec_core.served.metrics import SpecCounters, counters_in_response, parse_counters
 
 PAGE = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts_total counter
@@ -60,3 +60,24 @@ def test_no_drafts_give_no_rates():
 def test_a_page_that_is_not_prometheus_text_is_a_one_line_error():
     with pytest.raises(ServerError, match="not Prometheus text"):
         parse_counters("<html><body>{ not metrics }</body></html>", "m")
+
+
+def test_a_responses_own_counts_read_its_histogram_as_positions():
+    # 5 verifying passes: 1 accepted none, 2 accepted one, 1 accepted two, 1 accepted all three of k = 3
+    stats = {
+        "mean_acceptance_length": 2.4,
+        "draft_acceptance_rate": 7 / 14,
+        "acceptance_histogram": [1, 2, 1, 1],
+        "num_spec_steps": 5,
+        "num_accepted_draft_tokens": 7,
+        "num_draft_tokens": 14,
+        "num_spec_tokens": 3,
+    }
+    counts = counters_in_response({"time_to_first_token_ms": 3.0, "speculative_decoding": stats})
+    assert counts == SpecCounters(5, 14, 7, (4, 2, 1))
+    assert sum(counts.accepted_by_position) == counts.accepted and counts.tokens_per_pass == pytest.approx(2.4)
+
+
+@pytest.mark.parametrize("metrics", [None, {}, {"speculative_decoding": None}, {"speculative_decoding": {"x": 1}}])
+def test_a_response_without_its_counts_gives_none(metrics):
+    assert counters_in_response(metrics) is None
