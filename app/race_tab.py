@@ -90,7 +90,7 @@ def race_tab(last_race: gr.State) -> dict:
     inline_rejected = gr.Checkbox(
         value=False,
         label="Show refused drafts inline",
-        info="off: one ✕n marker per step (hover it to list them), so the pane reads as the output",
+        info="off: a thin red mark where a step refused drafts (hover it to list them); the pane reads as the output",
     )
     with gr.Row():
         with gr.Column(scale=3):

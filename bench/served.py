@@ -16,7 +16,15 @@ from app.copying import copy_share
 from app.workloads import select_prompts
 from specdec_core.models import load_model
 from specdec_core.served.addresses import server_address
-from specdec_core.served.check import ServedPrompt, by_workload, check_prompt, draft_length, prompt_record
+from specdec_core.served.check import (
+    ServedPrompt,
+    SetResult,
+    by_workload,
+    check_prompt,
+    counts_record,
+    draft_length,
+    prompt_record,
+)
 from specdec_core.served.client import ServerClient
 from specdec_core.served.compare import Lookup, comparison_record, side_by_side
 from specdec_core.sources import EMBEDDED_ID
@@ -80,17 +88,11 @@ def print_row(row: dict) -> None:
     )
 
 
-def set_record(s) -> dict:
-    counts = s.counts
+def set_record(s: SetResult) -> dict:
     return {
         "workload": s.workload,
         "prompts": s.prompts,
-        "drafts": None if counts is None else counts.drafts,
-        "draft_tokens": None if counts is None else counts.draft_tokens,
-        "accepted": None if counts is None else counts.accepted,
-        "acceptance_rate": None if counts is None else counts.acceptance_rate,
-        "tokens_per_pass": None if counts is None else counts.tokens_per_pass,
-        "acceptance_by_position": None if counts is None else counts.acceptance_by_position,
+        **counts_record(s.counts),
         "tok_s": s.tokens_per_second,
         "baseline_tok_s": s.baseline_tokens_per_second,
         "speedup": s.speedup,

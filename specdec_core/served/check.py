@@ -151,7 +151,6 @@ def _rate(completions: list[Completion]) -> float:
 
 def prompt_record(result: PromptResult) -> dict:
     """One prompt's figures by field name, for tables and the CSV/JSON downloads (no address, no key)."""
-    counts = result.counts
     return {
         "workload": result.prompt.workload,
         "prompt": result.prompt.name,
@@ -160,14 +159,21 @@ def prompt_record(result: PromptResult) -> dict:
         "first_token_s": round(result.completion.first_token_seconds, 3),
         "tok_s": round(result.completion.tokens_per_second, 2),
         "counted_by": result.counted_by,  # "response", "/metrics" or "none"
+        **counts_record(result.counts),
+        "baseline_tok_s": None if result.baseline is None else round(result.baseline.tokens_per_second, 2),
+        "speedup": _rounded(result.speedup),
+    }
+
+
+def counts_record(counts: SpecCounters | None) -> dict:
+    """Counts and the figures made of them by field name; None (by position: empty) without counters."""
+    return {
         "drafts": None if counts is None else counts.drafts,
         "draft_tokens": None if counts is None else counts.draft_tokens,
         "accepted": None if counts is None else counts.accepted,
         "acceptance_rate": _rounded(None if counts is None else counts.acceptance_rate),
         "tokens_per_pass": _rounded(None if counts is None else counts.tokens_per_pass),
         "acceptance_by_position": [] if counts is None else [round(a, 3) for a in counts.acceptance_by_position],
-        "baseline_tok_s": None if result.baseline is None else round(result.baseline.tokens_per_second, 2),
-        "speedup": _rounded(result.speedup),
     }
 
 

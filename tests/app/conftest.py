@@ -23,8 +23,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from gradio_client import Client
 
 from app.deploy import space_files
+from app.ui import build_ui, launch
 from tests.conftest import loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,3 +153,12 @@ def values(array: list | dict) -> list:
     if isinstance(array, dict):
         return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
     return list(array)
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The app launched in this process on loopback, and a gradio_client on it: its API as scripts call it."""
+    demo = build_ui()
+    launch(demo, prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
+    yield Client(demo.local_url, verbose=False)
+    demo.close()

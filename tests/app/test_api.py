@@ -4,9 +4,7 @@ import json
 import re
 
 import pytest
-from gradio_client import Client
 
-from app.ui import build_ui, launch
 from app.views import AFTER_END
 from app.workload_report import COLUMN_HEADERS
 from specdec_core import DRAFT_BF16, DRAFT_NGRAM, EMBEDDED_ID
@@ -27,14 +25,6 @@ RACE_DEFAULTS = dict(
     max_new_tokens=32,
 )
 TREE_TITLE = re.compile(r"Step (\d+) of (\d+) with a draft: a \w+ of (\d+) tokens<br>\(.*\), (\d+) accepted")
-
-
-@pytest.fixture(scope="module")
-def client():
-    demo = build_ui()
-    launch(demo, prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
-    yield Client(demo.local_url, verbose=False)
-    demo.close()
 
 
 def race(client, **overrides):

@@ -6,25 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
 from app import server_handlers
 from app.server_handlers import SERVER_HEADERS
-from app.ui import build_ui, launch
 from specdec_core import DRAFT_NGRAM, EMBEDDED_ID
 from tests.conftest import STAND_IN_MODEL, loopback_port
 
 pytestmark = pytest.mark.slow
 KEY = "sk-live-test-never-shown"
 ENGINE_INPUTS = dict(own_temperature=0.0, target=EMBEDDED_ID, drafter=DRAFT_NGRAM, k=3, adaptive=False)
-
-
-@pytest.fixture(scope="module")
-def client():
-    demo = build_ui()
-    launch(demo, prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
-    yield Client(demo.local_url, verbose=False)
-    demo.close()
 
 
 def server_check(client, url, model, **overrides):
