@@ -22,12 +22,14 @@ def server_section() -> dict[str, gr.components.Component]:
         info="a served model: each prompt is sent once, with the server's own model and speculation (the Race "
         "tab's settings and the repeats apply to this app's engine)",
     )
+    # Every field has a value, so that API callers of /workload_check may leave the server's fields out.
     with gr.Group(visible=False) as fields:
         gr.Markdown(_note())
-        base_url = gr.Textbox(label="Server base URL", placeholder="http://127.0.0.1:8000/v1")
-        model = gr.Textbox(label="Model name (as the server serves it)", placeholder="my-model")
-        api_key = gr.Textbox(label="API key (optional; never shown, logged or saved)", type="password")
+        base_url = gr.Textbox("", label="Server base URL", placeholder="http://127.0.0.1:8000/v1")
+        model = gr.Textbox("", label="Model name (as the server serves it)", placeholder="my-model")
+        api_key = gr.Textbox("", label="API key (optional; never shown, logged or saved)", type="password")
         baseline_url = gr.Textbox(
+            "",
             label="Baseline URL (optional): the same model served without speculation, for the speedup",
             placeholder="http://127.0.0.1:8001/v1",
         )
