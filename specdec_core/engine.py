@@ -148,7 +148,7 @@ def speculative(
     if drafter.feature_layers:
         run.feature_sink, run.feature_layers = drafter.observe_features, drafter.feature_layers
     # The curve: measured at load (tuning.py).
-    schedule = make_schedule(draft_config, cost_curve(target), drafter.gates_itself)
+    schedule = make_schedule(draft_config, cost_curve(target), drafter)
     # The target reads the prompt alone and gives the first token, as in plain decoding; then the
     # drafter may start from the target's cache instead of reading the prompt again.
     first = run.record(run.plain_step())

@@ -134,19 +134,22 @@ class CachedModel:
         self.passes += 1
         return logits[0].float().cpu(), features[0].float().cpu() if layers else None
 
-    def adopt_prefix(self, source: CachedModel, length: int) -> None:
-        """Starts an empty cache from the first `length` positions of another model's cache.
+    def adopt(self, source: CachedModel, length: int) -> None:
+        """Extends this cache to `length` positions with another model's entries for them (those past its own
+        length), instead of computing them.
 
         Only for a draft that runs the target's own weights (a cheaper-dtype copy, or its first
-        layers): its keys and values for the prompt are the target's, up to rounding, so the
-        prompt is cast instead of recomputed: a prefill the draft would otherwise pay on every
-        run, a large share of a short generation. Any draft q stays exact for the acceptance
-        rule, so this changes speed, never the output distribution.
+        layers): its keys and values are the target's, up to rounding, so the target's are cast instead of
+        recomputed: the prompt, a prefill the draft would otherwise pay on every run, and the tokens of plain
+        steps taken without drafting, which a draft probing again would otherwise read first. Any draft q stays
+        exact for the acceptance rule, so this changes speed, never the output distribution.
         """
-        dtype = next(self.model.parameters()).dtype
+        dtype, start = next(self.model.parameters()).dtype, self.length
+        if length <= start:
+            return
         for i in range(len(self.cache.layers)):
-            layer = source.cache.layers[i]
-            self.cache.update(layer.keys[..., :length, :].to(dtype), layer.values[..., :length, :].to(dtype), i)
+            keys, values = source.cache.layers[i].keys, source.cache.layers[i].values
+            self.cache.update(keys[..., start:length, :].to(dtype), values[..., start:length, :].to(dtype), i)
 
     @torch.inference_mode()  # the buffers are inference tensors, written in place
     def compact(self, start: int, rows: list[int]) -> None:

@@ -66,6 +66,19 @@ class Drafter(ABC):
         """Turns its costly part off by itself: an adaptive k then keeps drafting."""
         return False
 
+    @property
+    def c_at_load(self) -> float | None:
+        """One draft pass over one single-token target pass, measured when the drafter was made (tuning.py); None
+        where not measured: an adaptive k then learns it from the run's steps."""
+        return None
+
+    @property
+    def reads_what_it_missed(self) -> bool:
+        """Its first draft reads the whole prompt, and a draft after plain steps their tokens, with passes of its
+        own (a separate draft model); False where that is free or cheap beside a draft pass (a lookup, a copy of
+        the target taking the target's cache entries, a head reading the target's features)."""
+        return False
+
     def begin(self, target: CachedModel) -> None:  # noqa: B027  (a default: nothing to prepare)
         """Called once, after the target has read the prompt (its cache holds it)."""
 

@@ -63,6 +63,10 @@ class EagleDrafter(Drafter):
         self._draft_to_target = head.draft_to_target.cpu()
 
     @property
+    def c_at_load(self) -> float | None:
+        return self._c or None  # 0.0: not measured
+
+    @property
     def feature_layers(self) -> tuple[int, ...]:
         return self.head.config.layers
 

@@ -29,7 +29,8 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
     if spec == DRAFT_NGRAM:
         return NgramDrafter()
     if spec.startswith(DRAFT_EAGLE_PREFIX):
-        return EagleDrafter(eagle_head(target.source, spec.removeprefix(DRAFT_EAGLE_PREFIX)), "EAGLE head")
+        head = eagle_head(target.source, spec.removeprefix(DRAFT_EAGLE_PREFIX))  # times its pass on this machine
+        return EagleDrafter(head, "EAGLE head", c=c_at_load(target.source, default_dtype(), spec) or 0.0)
     if spec.startswith((DRAFT_EAGLE_TREE_PREFIX, DRAFT_HYBRID_PREFIX)):
         prefix, folder = spec.split(":", 1)
         head = eagle_head(target.source, folder)  # times a chain's pass and a tree level's on this machine
@@ -43,15 +44,16 @@ def make_drafter(spec: str, target: LoadedModel, min_confidence: float = 0.0) ->
         return tree if prefix + ":" == DRAFT_EAGLE_TREE_PREFIX else HybridDrafter(tree, curve=curve, c=c)
     if spec == DRAFT_BF16:
         model = reduced_copy(target.source, torch.bfloat16)
-        measure_draft_pass(target, spec, model)
-        return ModelDrafter(model, "bfloat16 copy", min_confidence, shares_target_weights=True)
+        return ModelDrafter(model, "bfloat16 copy", min_confidence, True, _measured_c(target, spec, model))
     if spec == DRAFT_EARLY_EXIT:
         model = early_exit_copy(target.model, EARLY_EXIT_LAYERS)
-        measure_draft_pass(target, spec, model)
-        return ModelDrafter(
-            model, f"early exit ({EARLY_EXIT_LAYERS} layers)", min_confidence, shares_target_weights=True
-        )
+        name = f"early exit ({EARLY_EXIT_LAYERS} layers)"
+        return ModelDrafter(model, name, min_confidence, True, _measured_c(target, spec, model))
     draft = load_model(spec)
     check_same_vocabulary(target, draft)
-    measure_draft_pass(target, spec, draft.model)
-    return ModelDrafter(draft.model, spec, min_confidence)
+    return ModelDrafter(draft.model, spec, min_confidence, c=_measured_c(target, spec, draft.model))
+
+
+def _measured_c(target: LoadedModel, spec: str, model) -> float | None:
+    measure_draft_pass(target, spec, model)
+    return c_at_load(target.source, default_dtype(), spec)

@@ -33,21 +33,36 @@ class ModelDrafter(Drafter):
         name: str = "draft model",
         min_confidence: float = 0.0,
         shares_target_weights: bool = False,
+        c: float | None = None,
     ) -> None:
+        """c: one pass of model over one target pass, measured at load (measure_draft_pass), or None."""
         self.name = name
+        self._c = c
         self.min_confidence = min_confidence
         self.shares_target_weights = shares_target_weights  # a copy or truncation of the target itself
         self._model = CachedModel(model)
         self._proposal_start = 0  # context length when the last proposal began
+        self._target: CachedModel | None = None  # whose cache a draft sharing its weights adopts (begin)
+
+    @property
+    def c_at_load(self) -> float | None:
+        return self._c
+
+    @property
+    def reads_what_it_missed(self) -> bool:
+        return not self.shares_target_weights
 
     def begin(self, target: CachedModel) -> None:
         if self.shares_target_weights:
-            self._model.adopt_prefix(target, target.length)
+            self._target = target
+            self._model.adopt(target, target.length)
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
         passes_before = self._model.passes
         self._proposal_start = len(context)
+        if self._target is not None:  # the target's cache holds the context but its newest token
+            self._model.adopt(self._target, self._target.length)
         # The cache holds a prefix of context; feeding the rest first also catches up on the
         # bonus/correction token of the last step and any steps taken without drafting.
         feed = context[self._model.length :]

@@ -27,6 +27,10 @@ class NgramDrafter(Drafter):
         self.min_ngram = min_ngram
         self.earliest = earliest
 
+    @property
+    def c_at_load(self) -> float | None:
+        return 0.0  # no model pass: a lookup costs microseconds beside a target pass
+
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         started = time.perf_counter()
         tokens = self.continuation(context, self.match(context), k)

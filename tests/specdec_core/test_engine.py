@@ -19,10 +19,13 @@ from specdec_core import (
     speculative,
 )
 from specdec_core.acceptance import Verdict
+from specdec_core.drafters.base import Draft, Drafter
 from specdec_core.drafters.model_draft import early_exit_copy
-from specdec_core.events import RATIO
+from specdec_core.events import LOOKUP, RATIO, Step
 from specdec_core.kv_cache import CachedModel
 from specdec_core.limits import MAX_NEW_TOKENS
+from specdec_core.sampling import Sampler
+from specdec_core.tree import chain
 from tests.conftest import noisy_copy, tiny_llama
 from tests.specdec_core.conftest import PROMPT, assert_matches, exact_marginals
 
@@ -67,6 +70,52 @@ def test_target_as_its_own_draft_accepts_everything(target_model):
     summary = events[-1].summary
     assert summary.acceptance_rate == 1.0
     assert all(e.next_outcome == "bonus" for e in events if isinstance(e, SpecStep))
+
+
+# ---- adaptive k against drafts that cannot pay (the schedule's 3% bound: test_schedule_theory.py) ------------
+
+
+class RefusedDrafter(Drafter):
+    """Proposes at every position a token that greedy decoding does not choose there: every draft is refused.
+    A lookup's cost: no model pass."""
+
+    name = "always refused"
+
+    def __init__(self, prompt: list[int], plain: list[int], vocab: int) -> None:
+        self._prompt, self._plain, self._vocab = len(prompt), plain, vocab
+
+    @property
+    def c_at_load(self) -> float | None:
+        return 0.0
+
+    def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
+        wrong = (self._plain[len(context) - self._prompt] + 1) % self._vocab
+        return Draft((wrong,) * k, chain(k), None, None, 0, 0.0, (LOOKUP,) * k)
+
+
+def test_adaptive_k_turns_an_always_refused_draft_off(target_model):
+    config = GenerationConfig(max_new_tokens=120)
+    plain = generated_tokens(autoregressive(target_model, PROMPT, config))
+    drafter = RefusedDrafter(PROMPT, plain, target_model.config.vocab_size)
+    events = list(speculative(target_model, drafter, PROMPT, config, DraftConfig(k=4, adaptive=True)))
+    assert generated_tokens(events) == plain
+    steps = [e for e in events if isinstance(e, Step)]
+    drafted = [isinstance(e, SpecStep) and e.drafted_count > 0 for e in steps]
+    assert drafted[1] and events[-1].summary.accepted == 0  # it drafted first, and nothing was accepted
+    assert sum(drafted[len(steps) // 2 :]) <= 0.1 * (len(steps) - len(steps) // 2)  # off but for rare probes
+
+
+@pytest.mark.parametrize("c_at_load", [1.0, None], ids=["known at load", "unknown (control)"])
+def test_adaptive_k_never_runs_a_draft_as_dear_as_the_target(target_model, c_at_load):
+    """The target's own weights as its draft: always accepted, and still no gain, since each draft pass costs a
+    target pass. With c known at load the draft never runs; the control, c unknown, pays for learning it."""
+    config = GenerationConfig(max_new_tokens=48)
+    plain = generated_tokens(autoregressive(target_model, PROMPT, config))
+    drafter = ModelDrafter(copy.deepcopy(target_model), "the target's copy", shares_target_weights=True, c=c_at_load)
+    events = list(speculative(target_model, drafter, PROMPT, config, DraftConfig(k=3, adaptive=True)))
+    assert generated_tokens(events) == plain
+    draft_passes = sum(e.draft_passes for e in events if isinstance(e, SpecStep))
+    assert (draft_passes == 0) == (c_at_load is not None)
 
 
 # ---- sampling: the emitted tokens follow the target's distribution -------------------------

@@ -1,5 +1,6 @@
 """KV rollback: after dropping rejected drafts, the cache behaves as if they were never fed."""
 
+import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -58,12 +59,17 @@ def test_model_drafter_stops_when_unsure(draft_model):
     assert unsure.tokens == confident.tokens[: len(unsure.tokens)]
 
 
-def test_adopted_prompt_cache_gives_the_same_logits_as_reading_the_prompt(target_model):
+@pytest.mark.parametrize("first", [0, 3], ids=["at once", "in two parts"])
+def test_adopted_prompt_cache_gives_the_same_logits_as_reading_the_prompt(target_model, first):
+    """At the start (the prompt), or extending a cache that holds a prefix (the tokens of plain steps a draft
+    missed)."""
     prompt = [0, 4, 8, 15, 16, 23, 42 % 32]
     target = CachedModel(target_model)
     target.forward(prompt)
     adopted = CachedModel(target_model)
-    adopted.adopt_prefix(target, len(prompt))
+    adopted.adopt(target, first)
+    assert adopted.length == first
+    adopted.adopt(target, len(prompt))
     torch.testing.assert_close(adopted.forward([5])[0], fresh_logits(target_model, prompt + [5]), rtol=1e-4, atol=1e-4)
 
 
