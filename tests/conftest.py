@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import hashlib
 import http.server
 import importlib.metadata
@@ -225,6 +226,12 @@ class ServedModel:
     url: str  # the OpenAI-compatible base URL, ending in /v1
     model: str
     speculation: dict
+
+
+def die_with_the_test_run() -> None:
+    """preexec_fn of a server a test starts: Linux stops it when the test run's process dies without its teardown
+    (a killed run), so that nothing is left running."""
+    ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def loopback_port() -> int:

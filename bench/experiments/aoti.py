@@ -1,22 +1,16 @@
 """An experiment, not a serving path (status in bench/experiments/README.md): the embedded target's pass as an
-AOTInductor package, compiled once per machine and loaded by any later process, which is what torch.compile
-(compiled.py) lacks.
+AOTInductor package per pass width, every shape static as in gpt-fast: keys and values in one buffer per layer
+and per kind, of a fixed length, passed in and written in place; attention over the whole buffer with a boolean
+mask; weights stored transposed and folded in by freezing, so that inductor's C++ GEMM template packs them. A
+package compiles once per machine and loads in a second in any later process, which torch.compile cannot give
+here: its graph cache refuses graphs holding MKL-packed weights ("mkldnn tensors unpickleable"), and its
+compile (~90 s, most of it rendering 121 GEMM templates) would run again in every process.
 
-    python3 -m bench.experiments.aoti compile [--static]  # export and compile (minutes, both cores); --static: 1 token
-    python3 -m bench.experiments.aoti run [--static]      # in a fresh process: load time, ms/token, T(n)/T(1), identity
+    python3 -m bench.experiments.aoti compile --width 1 [--length 1024]   # minutes, both cores
+    python3 -m bench.experiments.aoti run [--length 1024]   # a fresh process: every compiled width against the lean pass
 
-The pass takes the KV cache as two tensors it writes in place (index_copy_ at explicit slots), a boolean
-[1, 1, n, L] mask and explicit positions, so rollback, KV compaction and tree masks would stay tensor
-operations in Python; it returns the logits and the outputs of layers 2, 15, 27 and the last (what an
-EAGLE head reads). transformers' own export wrapper (integrations/executorch.py) hides the cache in
-buffers and takes no mask, hence this one. Compiled under torch.no_grad with freezing and max-autotune
-(the C++ GEMM template competes with oneDNN's packed linear per shape).
-
-Time it with nothing else running: a background job at nice 19 still slows 2-thread passes by 10-25% through
-OpenMP barriers. Where the gap to compiled.py's pass is likely to be: the cache length L is dynamic here
-(attention over keys[:, :, :L]), where compiled.py (gpt-fast's way) attends over the whole static cache with a
-mask, so every shape is static; then the in-place cache writes and, for dynamic n, the GEMM template tuned at the
-example width. torch.compile of this module with dynamic=False recompiles at every new L: do not time it that way.
+Time it with nothing else running. What made the static pass fast: one buffer per layer (a 5-D cache of all
+layers written through views took 97 ms a pass against 40 with per-layer buffers, 2026-12-07, AVX2 EPYC).
 """
 
 from __future__ import annotations
@@ -24,138 +18,166 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.export import Dim
 from transformers import PreTrainedModel
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import rotate_half
 
-from specdec_core.models import load_stock
+from specdec_core.kv_cache import CachedModel
+from specdec_core.models import load_model, load_stock
 from specdec_core.sources import EMBEDDED_ID, cache_dir
 
-LONGEST_CACHE = 512
-WIDEST = 17  # tokens a pass: 1 for plain decoding, up to k + 1 = 17 to verify a draft
-FEATURE_LAYERS = (2, 15, 27)
+
+def _transposed(*linears: nn.Linear) -> nn.Parameter:
+    """The linears' weights stacked and stored [in, out]: x @ w."""
+    return nn.Parameter(torch.cat([lin.weight for lin in linears]).t().contiguous().detach(), requires_grad=False)
 
 
-class ExplicitCachePass(nn.Module):
-    """One pass of a Llama-family model over n new tokens with the cache as inputs (written in place)."""
+class StaticPass(nn.Module):
+    """One pass of a Llama-family model over n tokens (n fixed per package) behind a static cache."""
 
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
-        self.model, self.lm_head = model.model, model.lm_head
-        config = model.config
+        inner, config = model.model, model.config
+        self.embed, self.norm, self.rotary, self.layers = inner.embed_tokens, inner.norm, inner.rotary_emb, inner.layers
+        for layer in self.layers:
+            attention, mlp = layer.self_attn, layer.mlp
+            attention.qkv, attention.o = _transposed(attention.q_proj, attention.k_proj, attention.v_proj), _transposed(
+                attention.o_proj
+            )
+            mlp.gate_up, mlp.down = _transposed(mlp.gate_proj, mlp.up_proj), _transposed(mlp.down_proj)
+            del attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj
+            del mlp.gate_proj, mlp.up_proj, mlp.down_proj
+        self.head = _transposed(model.lm_head)
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.head_dim = config.hidden_size // self.heads
 
-    def forward(self, input_ids, position_ids, slots, mask, keys, values):
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.model.rotary_emb(x, position_ids)
-        n, length = input_ids.shape[1], mask.shape[-1]
-        features = []
-        for i, layer in enumerate(self.model.layers):
-            attention = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = attention.q_proj(h).view(1, n, self.heads, self.head_dim).transpose(1, 2)
-            k = attention.k_proj(h).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = attention.v_proj(h).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            keys[i].index_copy_(2, slots, k)
-            values[i].index_copy_(2, slots, v)
-            o = F.scaled_dot_product_attention(q, keys[i][:, :, :length], values[i][:, :, :length], attn_mask=mask,
-                                               enable_gqa=True)
-            x = x + attention.o_proj(o.transpose(1, 2).reshape(1, n, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-            if i in FEATURE_LAYERS:
-                features.append(x)
-        return self.lm_head(self.model.norm(x)), torch.cat(features + [x], dim=-1)
-
-
-def empty_cache(model: PreTrainedModel) -> tuple[torch.Tensor, torch.Tensor]:
-    c = model.config
-    shape = (c.num_hidden_layers, 1, c.num_key_value_heads, LONGEST_CACHE, c.hidden_size // c.num_attention_heads)
-    return torch.zeros(shape), torch.zeros(shape)
+    def forward(self, input_ids, position_ids, slots, mask, kv: list[torch.Tensor]) -> torch.Tensor:
+        n, heads, kv_heads = input_ids.shape[1], self.heads, self.kv_heads
+        x = self.embed(input_ids)
+        cos, sin = (table[:, None] for table in self.rotary(x, position_ids))
+        for index, layer in enumerate(self.layers):
+            attention, mlp = layer.self_attn, layer.mlp
+            qkv = layer.input_layernorm(x) @ attention.qkv
+            qkv = qkv.view(1, n, heads + 2 * kv_heads, self.head_dim).transpose(1, 2)
+            rotated = qkv[:, : heads + kv_heads]
+            rotated = rotated * cos + rotate_half(rotated) * sin
+            keys, values = kv[2 * index], kv[2 * index + 1]
+            keys.index_copy_(2, slots, rotated[:, heads:])
+            values.index_copy_(2, slots, qkv[:, heads + kv_heads :])
+            out = F.scaled_dot_product_attention(
+                rotated[:, :heads], keys, values, attn_mask=mask, scale=attention.scaling, enable_gqa=True
+            )
+            x = x + out.transpose(1, 2).reshape(1, n, -1) @ attention.o
+            gate, up = (layer.post_attention_layernorm(x) @ mlp.gate_up).chunk(2, dim=-1)
+            x = x + (mlp.act_fn(gate) * up) @ mlp.down
+        return self.norm(x) @ self.head
 
 
-def pass_inputs(ids: list[int], start: int, keys: torch.Tensor, values: torch.Tensor) -> tuple:
-    """Inputs for n tokens after `start` cached ones, causal."""
-    n = len(ids)
-    mask = torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)[None, None]
-    return torch.tensor([ids]), torch.arange(start, start + n)[None], torch.arange(start, start + n), mask, keys, values
+def kv_buffers(model: PreTrainedModel, length: int) -> list[torch.Tensor]:
+    config = model.config
+    shape = (1, config.num_key_value_heads, length, config.hidden_size // config.num_attention_heads)
+    return [torch.zeros(shape) for _ in range(2 * config.num_hidden_layers)]
 
 
-def compile_package(model: PreTrainedModel, path: str, static: bool) -> dict:
-    module = ExplicitCachePass(model).eval()
-    keys, values = empty_cache(model)
-    example = pass_inputs([5] if static else [5, 6, 7, 8], 10, keys, values)  # n = 1 would be fixed as a constant
-    # L = the whole cache would be a special case: hence LONGEST_CACHE - 1
-    n, length = Dim("n", min=1, max=WIDEST), Dim("L", min=2, max=LONGEST_CACHE - 1)
-    if static:
-        dynamic = (None, None, None, {3: length}, None, None)
-    else:
-        dynamic = ({1: n}, {1: n}, {0: n}, {2: n, 3: length}, None, None)
+def pass_inputs(tokens: list[int], start: int, width: int, length: int) -> tuple:
+    """Inputs for len(tokens) <= width tokens after `start` cached ones, causal, padded to width (the padding rows'
+    keys and values land past the real ones, where the next pass overwrites them)."""
+    n = len(tokens)
+    mask = torch.zeros(1, 1, width, length, dtype=torch.bool)
+    for row in range(width):
+        mask[0, 0, row, : start + min(row, n - 1) + 1] = True
+    slots = torch.arange(start, start + width)
+    return torch.tensor([tokens + [0] * (width - n)]), slots[None], slots, mask
+
+
+def package_path(width: int, length: int) -> Path:
+    return cache_dir() / "aoti" / f"static-pass-{width}-of-{length}.pt2"
+
+
+def compile_package(width: int, length: int) -> dict:
+    model = load_stock(EMBEDDED_ID, torch.float32)
+    module, path = StaticPass(model).eval(), package_path(width, length)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():  # not inference_mode: freezing folds parameters
         started = time.perf_counter()
-        program = torch.export.export(module, example, dynamic_shapes=dynamic, strict=False)
-        exported = time.perf_counter() - started
-        torch._inductor.aoti_compile_and_package(program, package_path=path, inductor_configs={
-            "freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"})
-    return {"export_s": round(exported, 1), "compile_s": round(time.perf_counter() - started - exported, 1),
-            "package_mb": os.path.getsize(path) // 2**20}
+        example = (*pass_inputs([5] * width, 10, width, length), kv_buffers(model, length))
+        program = torch.export.export(module, example, strict=False)
+        exported = time.perf_counter()
+        torch._inductor.aoti_compile_and_package(
+            program, package_path=str(path), inductor_configs={"freezing": True, "max_autotune": True}
+        )
+    return {
+        "width": width,
+        "export_s": round(exported - started, 1),
+        "compile_s": round(time.perf_counter() - exported, 1),
+        "package_mb": path.stat().st_size >> 20,
+    }
 
 
-def greedy(run, prompt: list[int], tokens: int, keys, values) -> tuple[list[int], list[float]]:
-    """Greedy tokens and the seconds of each one-token pass."""
-    for start in range(0, len(prompt), WIDEST - 1):
-        logits, _ = run(*pass_inputs(prompt[start : start + WIDEST - 1], start, keys, values))
-    out, seconds = [int(logits[0, -1].argmax())], []
-    for _ in range(tokens - 1):
-        started = time.perf_counter()
-        logits, _ = run(*pass_inputs([out[-1]], len(prompt) + len(out) - 1, keys, values))
-        seconds.append(time.perf_counter() - started)
-        out.append(int(logits[0, -1].argmax()))
-    return out, seconds
+def run_packages(length: int, tokens: int = 32) -> dict:
+    """Every compiled width in a fresh process: load time; greedy decoding with the 1-token package against the lean
+    pass, one step of each in turn (paired), and whether the tokens are the same; each width's pass time."""
+    from bench.bandwidth import read_bandwidth, weight_bytes
 
-
-def run_package(model: PreTrainedModel, path: str, static: bool) -> dict:
+    bandwidths = [read_bandwidth()]
+    model = load_stock(EMBEDDED_ID, torch.float32)
+    paths = sorted(package_path(1, length).parent.glob(f"static-pass-*-of-{length}.pt2"))
+    widths = sorted(int(path.name.split("-")[2]) for path in paths)
     started = time.perf_counter()
-    package = torch._inductor.aoti_load_package(path)
+    packages = {width: torch._inductor.aoti_load_package(str(package_path(width, length))) for width in widths}
     loaded = time.perf_counter() - started
-    eager = ExplicitCachePass(model).eval()
-    run = (lambda *a: package(*a) if a[0].shape[1] == 1 else eager(*a)) if static else package
-    prompt = list(range(100, 140))
+    eager, kv, lean = StaticPass(model).eval(), kv_buffers(model, length), CachedModel(load_model(EMBEDDED_ID).model)
+    prompt = list(range(100, 260))
     with torch.no_grad():
-        ours, seconds = greedy(run, prompt, 48, *empty_cache(model))
-        generated = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False)
-        reference = generated[0, len(prompt):].tolist()
-        keys, values = empty_cache(model)
-        widths = {}
-        for width in (1,) if static else (1, 2, 5, 9, 17):
+        logits, lean_logits = eager(*pass_inputs(prompt, 0, len(prompt), length), kv)[0, -1], lean.forward(prompt)[-1]
+        compiled, reference, seconds, lean_seconds = [], [], [], []
+        for step in range(tokens):
+            compiled.append(int(logits.argmax()))
+            reference.append(int(lean_logits.argmax()))
+            begun = time.perf_counter()
+            logits = packages[1](*pass_inputs([compiled[-1]], len(prompt) + step, 1, length), kv)[0, 0]
+            seconds.append(time.perf_counter() - begun)
+            begun = time.perf_counter()
+            lean_logits = lean.forward([reference[-1]])[-1]
+            lean_seconds.append(time.perf_counter() - begun)
+        by_width = {}
+        for width, package in packages.items():
             times = []
-            for _ in range(6):
-                started = time.perf_counter()
-                run(*pass_inputs(list(range(200, 200 + width)), 100, keys, values))
-                times.append(time.perf_counter() - started)
-            widths[width] = min(times)
-    return {"load_s": round(loaded, 1), "ms_per_token_median": round(1000 * sorted(seconds)[len(seconds) // 2], 1),
-            "identical_to_generate": ours == reference,
-            "T(n)/T(1)": {w: round(t / widths[1], 2) for w, t in widths.items()}}
+            for _ in range(9):
+                begun = time.perf_counter()
+                package(*pass_inputs(list(range(200, 200 + width)), len(prompt), width, length), kv)
+                times.append(time.perf_counter() - begun)
+            by_width[width] = statistics.median(times)
+    bandwidths.append(read_bandwidth())
+    bound_ms = 1000 * weight_bytes(model) / statistics.median(bandwidths)
+    return {
+        "bandwidth_gb_s": [round(b / 1e9, 1) for b in bandwidths],
+        "bound_ms": round(bound_ms, 1),
+        "compiled_share_of_bound": round(bound_ms / (1000 * statistics.median(seconds)), 2),
+        "lean_share_of_bound": round(bound_ms / (1000 * statistics.median(lean_seconds)), 2),
+        "load_s": round(loaded, 1),
+        "compiled_ms_per_token": round(1000 * statistics.median(seconds), 1),
+        "lean_ms_per_token": round(1000 * statistics.median(lean_seconds), 1),
+        "identical": compiled == reference,
+        "ms_by_width": {w: round(1000 * t, 1) for w, t in by_width.items()},
+        "T(n)/T(1)": {w: round(t / by_width[1], 2) for w, t in by_width.items()} if 1 in by_width else {},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("stage", choices=["compile", "run"])
-    parser.add_argument("--static", action="store_true", help="one token a pass (plain decoding's)")
+    parser.add_argument("--width", type=int, default=1, help="compile: tokens a pass")
+    parser.add_argument("--length", type=int, default=1024, help="positions the static cache holds")
     args = parser.parse_args()
-    model = load_stock(EMBEDDED_ID, torch.float32).eval()
-    folder = cache_dir() / "aoti"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = str(folder / ("pass-1-token.pt2" if args.static else "pass-1-to-17-tokens.pt2"))
-    stage = compile_package if args.stage == "compile" else run_package
-    result = stage(model, path, args.static)
+    torch.set_num_threads(int(os.environ.get("SPECDEC_THREADS", "2")))
+    result = compile_package(args.width, args.length) if args.stage == "compile" else run_packages(args.length)
     print(json.dumps(result))
 
 

@@ -27,7 +27,7 @@ from gradio_client import Client
 
 from app.deploy import space_files
 from app.ui import build_ui, launch
-from tests.conftest import loopback_port
+from tests.conftest import die_with_the_test_run, loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Hides the embedded wheel from import, as on a Space (app.py then imports `spaces`, installed for the tests).
@@ -89,7 +89,12 @@ def start_space(folder: Path, hub: Path, cache: Path, pip: dict[str, str], log: 
         }
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER], cwd=folder, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT
+        [sys.executable, "-c", LAUNCHER],
+        cwd=folder,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=die_with_the_test_run,
     )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + START_SECONDS

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import loopback_port
+from tests.conftest import die_with_the_test_run, loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Runs app.py as __main__ with every name lookup and outgoing connection recorded (non-loopback ones refused).
@@ -47,6 +47,7 @@ def test_app_starts_offline_and_serves_the_page(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=die_with_the_test_run,
     )
     try:
         page = None

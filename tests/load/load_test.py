@@ -28,7 +28,7 @@ import psutil
 from gradio_client import Client
 
 from specdec_core.limits import MAX_PROMPT_CHARS
-from tests.conftest import loopback_port
+from tests.conftest import die_with_the_test_run, loopback_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [
@@ -99,7 +99,12 @@ class Report:
 def start_app(port: int) -> subprocess.Popen:
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", "SPECDEC_QUEUE_SIZE": "64"}
     process = subprocess.Popen(
-        [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_the_test_run,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
