@@ -211,11 +211,10 @@ VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "pyth
 VLLM_START_SECONDS = 400  # about 100 s alone on 2 cores; more while other tests share them
 VLLM_MODEL = "smollm2-135m-ngram"
 VLLM_SPECULATION = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-# vLLM's API server, asked by Linux to stop when the test run's process dies without its teardown (a killed run):
-# it then stops its engine itself.
+# vLLM's API server under the name its console script would give it (the distribution's own script fails). Started
+# with die_with_the_test_run: on a killed run it is asked to stop, and then stops its engine itself.
 VLLM_LAUNCHER = """
-import ctypes, runpy, signal, sys
-ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+import runpy, sys
 sys.argv[0] = "vllm"
 runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 """
@@ -273,7 +272,14 @@ def vllm_server(tmp_path_factory) -> Iterator[ServedModel]:
     ]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with log.open("w") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_the_test_run,
+        )
     try:
         wait_healthy(f"http://127.0.0.1:{port}/health", process, log)
         yield ServedModel(f"http://127.0.0.1:{port}/v1", VLLM_MODEL, VLLM_SPECULATION)

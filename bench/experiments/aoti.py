@@ -7,7 +7,7 @@ here: its graph cache refuses graphs holding MKL-packed weights ("mkldnn tensors
 compile (~90 s, most of it rendering 121 GEMM templates) would run again in every process.
 
     python3 -m bench.experiments.aoti compile --width 1 [--length 1024]   # minutes, both cores
-    python3 -m bench.experiments.aoti run [--length 1024]   # a fresh process: every compiled width against the lean pass
+    python3 -m bench.experiments.aoti run [--length 1024]   # a new process: each compiled width, against the lean pass
 
 Time it with nothing else running. What made the static pass fast: one buffer per layer (a 5-D cache of all
 layers written through views took 97 ms a pass against 40 with per-layer buffers, 2026-12-07, AVX2 EPYC).
@@ -28,6 +28,7 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import rotate_half
 
+from bench.bandwidth import read_bandwidth, weight_bytes
 from specdec_core.kv_cache import CachedModel
 from specdec_core.models import load_model, load_stock
 from specdec_core.sources import EMBEDDED_ID, cache_dir
@@ -47,9 +48,8 @@ class StaticPass(nn.Module):
         self.embed, self.norm, self.rotary, self.layers = inner.embed_tokens, inner.norm, inner.rotary_emb, inner.layers
         for layer in self.layers:
             attention, mlp = layer.self_attn, layer.mlp
-            attention.qkv, attention.o = _transposed(attention.q_proj, attention.k_proj, attention.v_proj), _transposed(
-                attention.o_proj
-            )
+            attention.qkv = _transposed(attention.q_proj, attention.k_proj, attention.v_proj)
+            attention.o = _transposed(attention.o_proj)
             mlp.gate_up, mlp.down = _transposed(mlp.gate_proj, mlp.up_proj), _transposed(mlp.down_proj)
             del attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj
             del mlp.gate_proj, mlp.up_proj, mlp.down_proj
@@ -123,14 +123,12 @@ def compile_package(width: int, length: int) -> dict:
 def run_packages(length: int, tokens: int = 32) -> dict:
     """Every compiled width in a fresh process: load time; greedy decoding with the 1-token package against the lean
     pass, one step of each in turn (paired), and whether the tokens are the same; each width's pass time."""
-    from bench.bandwidth import read_bandwidth, weight_bytes
-
     bandwidths = [read_bandwidth()]
     model = load_stock(EMBEDDED_ID, torch.float32)
-    paths = sorted(package_path(1, length).parent.glob(f"static-pass-*-of-{length}.pt2"))
-    widths = sorted(int(path.name.split("-")[2]) for path in paths)
+    paths = package_path(1, length).parent.glob(f"static-pass-*-of-{length}.pt2")
     started = time.perf_counter()
-    packages = {width: torch._inductor.aoti_load_package(str(package_path(width, length))) for width in widths}
+    packages = {int(path.name.split("-")[2]): torch._inductor.aoti_load_package(str(path)) for path in paths}
+    packages = dict(sorted(packages.items()))
     loaded = time.perf_counter() - started
     eager, kv, lean = StaticPass(model).eval(), kv_buffers(model, length), CachedModel(load_model(EMBEDDED_ID).model)
     prompt = list(range(100, 260))
