@@ -8,6 +8,7 @@
     python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees, their modelled cost
     python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3] [--save-beside]
                                    # teacher-forced agreement on the evaluation sets
+    python -m bench --first-start [--warm] [--tokens 32]   # app.py started, from its start to its first race
     python -m bench --server URL --model NAME [--baseline URL] [--sets spec_bench:qa,...] [--tokens 64] [--compare]
                                    # the workload check against a served model (served.py; key in OPENAI_API_KEY)
 
@@ -45,6 +46,7 @@ from specdec_core.theory import expected_speedup
 from .agreement import agreement_report
 from .bandwidth import bandwidth_report
 from .costs import cost_report
+from .first_start import first_start_report
 from .measure import Timing, bench_prompts, measure, ours, paired_ratio, peak_rss_mib, theirs, write_report
 from .served import served_report
 from .suite import suite_report
@@ -135,6 +137,12 @@ def main() -> None:
     )
     parser.add_argument("--lookup", default="3,1", help="--compare: the server's prompt_lookup_max,prompt_lookup_min")
     parser.add_argument(
+        "--first-start",
+        action="store_true",
+        help="app.py started with empty caches: seconds to its page and to its first finished race (first_start.py)",
+    )
+    parser.add_argument("--warm", action="store_true", help="--first-start: with this machine's caches instead")
+    parser.add_argument(
         "--force-avx2",
         action="store_true",
         help="run as on an AVX2-only CPU: every kernel capped at AVX2, no oneDNN bfloat16",
@@ -167,6 +175,11 @@ def main() -> None:
         return
     if args.server:
         write_report(served_report(args), args.out, "served")
+        return
+    if args.first_start:
+        report = first_start_report(args)
+        print(f"page after {report['page_s']} s, first race finished after {report['first_race_s']} s")
+        write_report(report, args.out, "first-start")
         return
 
     target = load_model(EMBEDDED_ID)

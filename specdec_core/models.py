@@ -37,7 +37,7 @@ from .sources import (
     public_mode,
     safe_message,
 )
-from .tuning import tune_target
+from .tuning import tune_kernels, tune_target
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +138,13 @@ def load_model(source: str, for_generate: bool = False) -> LoadedModel:
     )
 
 
-def _load(source: str, kind: str, dtype: torch.dtype, fast: bool = True, lean: bool = True) -> LoadedModel:
+def _load(
+    source: str, kind: str, dtype: torch.dtype, fast: bool = True, lean: bool = True, draft_copy: bool = False
+) -> LoadedModel:
     """Reads a model from its source; fast: packed CPU linears with their dense copies released;
-    lean (with fast): fused layers for the lean pass where the architecture allows."""
-    options = {"fast": fast, "lean": fast and lean}
+    lean (with fast): fused layers for the lean pass where the architecture allows; draft_copy: a copy of the
+    target made to draft, whose kernels are tuned without a cost curve (tuning.tune_kernels)."""
+    options = {"fast": fast, "lean": fast and lean, "draft_copy": draft_copy}
     if kind == "embedded":
         return _from_pretrained(str(_embedded_converted()), source, dtype, **options)
     if kind == "gguf":
@@ -169,7 +172,7 @@ def load_stock(source: str, dtype: torch.dtype) -> PreTrainedModel:
 
 
 def _from_pretrained(
-    location: str, source: str, dtype: torch.dtype, fast: bool, lean: bool = False, **kwargs
+    location: str, source: str, dtype: torch.dtype, fast: bool, lean: bool = False, draft_copy: bool = False, **kwargs
 ) -> LoadedModel:
     try:
         # The config first: a repository that needs custom code is refused before anything else loads.
@@ -191,7 +194,10 @@ def _from_pretrained(
         fuse_projections(model)  # before packing: it stacks the dense weights
     if fast:
         speed_up_linears(model)
-        tune_target(model, source, served=lean)  # kernels by measurement, and the verification cost curve
+        if draft_copy:
+            tune_kernels(model, f"{source} ({dtype})")
+        else:
+            tune_target(model, source, served=lean)  # kernels by measurement, and the verification cost curve
         release_dense_weights(model)
     return LoadedModel(model, tokenizer, source)
 

@@ -115,14 +115,10 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     dtype = next(model.parameters()).dtype
     candidates = _kernel_candidates(model, dtype)
     identity = {
-        "model": name,
-        "dtype": str(dtype),
-        "config": model.config.to_json_string(use_diff=True),
-        "pass": "lean" if is_lean(model) else "transformers",
+        **_pass_identity(model, candidates),
         "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
         "plan": "kernels by width and padded rows",
         "timing": "settled T(1), ratios by round",
-        "kernels": [*candidates, KERNEL_WIDTHS],
     }
 
     def measure() -> dict:
@@ -148,14 +144,13 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
         return {"kernels": kernels, "plan": plan_fields, "curve": short, "long_curve": long_curve}
 
     result, from_disk = cached("target", identity, measure)
-    single, wide, padded, narrow = result["plan"]
-    plan = KernelPlan(single, wide, tuple(padded), tuple(narrow))
+    plan = _plan_of(result["plan"])
     set_kernel_plan(model, plan)
     choice = Choice(
         "target linears",
         plan.describe(LONGEST_VERIFICATION),
         result["kernels"],
-        "read from the tuning cache" if from_disk else "measured now",
+        _where(from_disk),
     )
     long_curve = result.get("long_curve")
     tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))
@@ -174,6 +169,47 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     if curve.long_seconds is not None:
         log.info("  behind %d tokens: %s", LONG_CONTEXT_TOKENS, curve.at(LONG_CONTEXT_TOKENS).describe())
     return tuning
+
+
+def tune_kernels(model: PreTrainedModel, name: str) -> Choice:
+    """A copy of the target made to draft: the fastest kernel per width, as for a target, and no cost curve. A draft
+    runs one-token passes and the target's own copies take its cache entries for the tokens they missed, so its one
+    pass (timed where its c is recorded, drafters/model_draft.measure_draft_pass) is all of its costs a run reads.
+    Call before cpu_kernels.release_dense_weights."""
+    candidates = _kernel_candidates(model, next(model.parameters()).dtype)
+
+    def measure() -> dict:
+        kernels = _time_kernels(model, candidates) if len(candidates) > 1 else {}
+        plan = _plan_from(kernels)
+        return {"kernels": kernels, "plan": [plan.single, plan.wide, [], list(plan.narrow)]}
+
+    result, from_disk = cached("kernels", _pass_identity(model, candidates), measure)
+    plan = _plan_of(result["plan"])
+    set_kernel_plan(model, plan)
+    choice = Choice(f"{name} linears", plan.describe(KERNEL_WIDTHS), result["kernels"], _where(from_disk))
+    log.info("%s on %s: %s", name, this_machine().kind, choice.describe())
+    return choice
+
+
+def _pass_identity(model: PreTrainedModel, candidates: list[str]) -> dict:
+    """What a pass's cost follows from besides the machine: the shapes, the dtype, the pass and the kernels timed.
+    Not the model's name or weights: models of one architecture (a preset's hub id and the embedded model) share
+    one tuning."""
+    return {
+        "dtype": str(next(model.parameters()).dtype),
+        "config": model.config.to_json_string(use_diff=True),
+        "pass": "lean" if is_lean(model) else "transformers",
+        "kernels": [*candidates, KERNEL_WIDTHS],
+    }
+
+
+def _plan_of(fields: list) -> KernelPlan:
+    single, wide, padded, narrow = fields
+    return KernelPlan(single, wide, tuple(padded), tuple(narrow))
+
+
+def _where(from_disk: bool) -> str:
+    return "read from the tuning cache" if from_disk else "measured now"
 
 
 def _kernel_candidates(model: PreTrainedModel, dtype: torch.dtype) -> list[str]:
@@ -285,6 +321,6 @@ def choose_fastest(
 
     seconds, from_disk = cached(part.replace(" ", "-"), {**identity, "candidates": sorted(builders)}, measure)
     chosen = min(seconds, key=seconds.__getitem__)
-    choice = Choice(part, chosen, seconds, "read from the tuning cache" if from_disk else "measured now")
+    choice = Choice(part, chosen, seconds, _where(from_disk))
     log.info("%s on %s: %s", part, this_machine().kind, choice.describe())
     return builders[chosen](), choice

@@ -105,12 +105,17 @@ def reduced_copy(source: str, dtype: torch.dtype, for_generate: bool = False) ->
     parameters = parameter_count(source, kind)
     size = loaded_bytes(parameters, dtype) if parameters else 0
     key = ("copy for generate" if for_generate else "copy", source, dtype)
-    return MODELS.get(key, f"{source} ({dtype})", size, lambda: _load(source, kind, dtype, lean=not for_generate).model)
+    load = lambda: _load(source, kind, dtype, lean=not for_generate, draft_copy=True).model  # noqa: E731
+    return MODELS.get(key, f"{source} ({dtype})", size, load)
+
+
+DRAFT_PASS_REPEATS = 15  # c decides whether a draft runs at all (a bfloat16 copy without AVX-512 BF16 is near 1)
 
 
 def measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -> None:
     """Records one pass of a model draft (for c), once per target and drafter: its T(1) from the
-    tuning of its own load where it has one (the bfloat16 copy, a hub draft), else timed here."""
+    tuning of its own load where it has one (a hub draft), else timed here (the target's copies, tuned
+    without a cost curve), each one-token pass right after another, as the draft runs them."""
     if c_at_load(target.source, default_dtype(), spec) is not None:
         return
     how = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -120,9 +125,8 @@ def measure_draft_pass(target: LoadedModel, spec: str, model: PreTrainedModel) -
         return
     cache = CachedModel(model)
     cache.forward(list(range(100, 100 + CONTEXT_TOKENS)))
-    record_draft_pass(
-        target.source, spec, median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS))), how
-    )
+    seconds = median_seconds(lambda: (cache.forward([5]), cache.rollback(CONTEXT_TOKENS)), DRAFT_PASS_REPEATS)
+    record_draft_pass(target.source, spec, seconds, how)
 
 
 def early_exit_copy(model: PreTrainedModel, layers: int) -> PreTrainedModel:

@@ -234,7 +234,8 @@ def run(clients: int, races: int, tokens: int, long_tokens: int = 256) -> dict:
     stop = threading.Event()
     try:
         app = psutil.Process(process.pid)
-        references = {p: race(Client(url, verbose=False), p, tokens)["plain_tokens"] for p in PROMPTS}
+        used = {PROMPTS[(i + r) % len(PROMPTS)] for i in range(clients) for r in range(races)}
+        references = {p: race(Client(url, verbose=False), p, tokens)["plain_tokens"] for p in used}
         report.baseline_mib = app.memory_info().rss / 2**20
         watcher = threading.Thread(target=watch_memory, args=(app, report, stop), daemon=True)
         watcher.start()

@@ -10,7 +10,15 @@ from specdec_core import tuning
 from specdec_core.costs import CostCurve, non_decreasing
 from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, speed_up_linears, supports
 from specdec_core.machine import ISA_FLAGS, this_machine
-from specdec_core.tuning import Choice, _padded_rows, _plan_from, choose_fastest, cost_curve, tune_target
+from specdec_core.tuning import (
+    Choice,
+    _padded_rows,
+    _plan_from,
+    choose_fastest,
+    cost_curve,
+    tune_kernels,
+    tune_target,
+)
 from tests.conftest import tiny_llama
 
 
@@ -148,6 +156,27 @@ def test_target_tuning_measures_the_curve_once_per_machine_and_path(cpu_path, tm
         again.kernels.note == "read from the tuning cache" and again.curve == first.curve and again.plan == first.plan
     )
     assert first.curve.long_seconds is None  # its window cannot hold the long context
+
+
+def test_models_of_one_architecture_share_a_tuning_and_another_shape_is_measured(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
+    first = tune_target(tiny_llama(seed=3), "a hub id")
+    other_weights = tune_target(tiny_llama(seed=4), "the embedded model")  # same config, other weights and name
+    assert other_weights.kernels.note == "read from the tuning cache" and other_weights.curve == first.curve
+    deeper = tune_target(tiny_llama(seed=3, layers=3), "a hub id")
+    assert deeper.kernels.note == "measured now" and len(list(tmp_path.glob("target-*.json"))) == 2
+
+
+def test_a_draft_copy_is_tuned_for_its_kernels_without_a_cost_curve(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_TUNING_DIR", str(tmp_path))
+    model = tiny_llama(seed=3)
+    choice = tune_kernels(model, "copy")
+    assert cost_curve(model) is None and choice.note == "measured now"
+    kernels = [kernel for kernel in tuning.KERNELS if supports(kernel, torch.float32)]
+    assert set(choice.seconds) == {f"{k} x{w}" for k in kernels for w in range(1, tuning.KERNEL_WIDTHS + 1)}
+    assert not list(tmp_path.glob("target-*.json")) and len(list(tmp_path.glob("kernels-*.json"))) == 1
+    again = tune_kernels(tiny_llama(seed=3), "copy")
+    assert again.note == "read from the tuning cache" and again.chosen == choice.chosen
 
 
 def test_target_tuning_measures_behind_a_long_context_where_the_window_holds_one(tmp_path, monkeypatch):
