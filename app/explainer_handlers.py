@@ -10,7 +10,7 @@ from specdec_core import SpecStep, load_model
 from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from specdec_core.machine import this_machine
 from specdec_core.models import default_dtype
-from specdec_core.tuning import TargetTuning, c_at_load, draft_pass, tuning_of
+from specdec_core.tuning import PASSES, TargetTuning, c_at_load, draft_pass, tuning_of
 
 from . import explainer_charts, rule_charts, views
 from .explainer import NO_RACE_YET, race_point_text, tree_agreement
@@ -68,6 +68,7 @@ def machine_view(last: dict | None) -> tuple[str, str, object]:
         )
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
+        f"- the pass that runs, whose costs these are: {PASSES[tuning.pass_in_use]}",
         *_c_lines(tuning),
         *_drafter_cost_lines(target),
         *_tree_size_lines(last),

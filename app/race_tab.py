@@ -82,6 +82,7 @@ def race_tab(last_race: gr.State) -> dict:
                 step=8,
                 label="Max new tokens",
                 info=f"at most {limits.MAX_NEW_TOKENS}",
+                elem_id="race-tokens",
             )
     gr.HTML(views.legend_html())
     with gr.Row(equal_height=True):

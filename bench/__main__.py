@@ -5,7 +5,8 @@
     python -m bench --costs [--force-avx2]   # this machine's c, T(n)/T(1), the head at k = 1..6
     python -m bench --suite spec_bench|realistic [--per-category 3] [--tokens 96]   # per category, every drafter
     python -m bench --bandwidth [--force-avx2]   # plain decoding against the memory-bandwidth bound; profile by op
-    python -m bench --trees [--per-category 1]   # tokens per pass of the head's chains and trees, their modelled cost
+    python -m bench --trees [--per-category 1] [--categories ...]   # tokens per pass of the head's chains and trees,
+                                   # their modelled cost
     python -m bench --agreement HEAD[,HEAD] [--per-category 8] [--tokens 96] [--head-k 3] [--save-beside]
                                    # teacher-forced agreement on the evaluation sets
     python -m bench --first-start [--warm] [--tokens 32]   # app.py started, from its start to its first race
@@ -103,7 +104,7 @@ def main() -> None:
     parser.add_argument("--ks", default="2,3,4", help="--suite: the head chain's fixed k values (the best is reported)")
     parser.add_argument("--methods", default="", help="--suite: only these methods, comma-separated (default: all)")
     parser.add_argument(
-        "--categories", default="", help="--suite: only these categories, comma-separated (default: all)"
+        "--categories", default="", help="--suite, --trees: only these categories, comma-separated (default: all)"
     )
     parser.add_argument(
         "--bandwidth",

@@ -93,12 +93,14 @@ def _chosen(args) -> tuple[dict, dict]:
         "bf16 k=3": (DRAFT_BF16, DraftConfig(k=3)),
     }
     groups = by_category(args.suite, args.per_category)
-    return _only(drafts, args.methods, "--methods", "method"), _only(
+    return only_named(drafts, args.methods, "--methods", "method"), only_named(
         groups, args.categories, "--categories", "category"
     )
 
 
-def _only(named: dict, wanted: str, option: str, what: str) -> dict:
+def only_named(named: dict, wanted: str, option: str, what: str) -> dict:
+    """The entries named in wanted (comma-separated; all where empty), in its order; an unknown name exits with the
+    names to choose from."""
     if not wanted:
         return named
     names = wanted.split(",")

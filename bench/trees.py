@@ -26,6 +26,7 @@ from specdec_core.sources import EMBEDDED_ID
 from specdec_core.tuning import c_at_load, cost_curve
 
 from .measure import curve_fields
+from .suite import only_named
 
 # name -> (tree shape or None for a chain, depth k, sized by the cost curve?)
 SHAPES = {
@@ -49,7 +50,8 @@ def tree_report(args) -> dict:
     )
     c = {name: chain_c if shape is None else tree_c for name, (shape, _, _) in SHAPES.items()}
     rows: dict[str, dict[str, tuple[float, float]]] = {}
-    for category, prompts in by_category("realistic", args.per_category).items():
+    categories = only_named(by_category("realistic", args.per_category), args.categories, "--categories", "category")
+    for category, prompts in categories.items():
         steps: dict[str, list[tuple[SpecStep, int]]] = {
             name: [] for name in SHAPES
         }  # each step with its context length

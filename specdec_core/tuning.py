@@ -60,11 +60,20 @@ class Choice:
         return f"{self.part}: {self.chosen}{f' ({listed})' if timings else ''}{'; ' + self.note if self.note else ''}"
 
 
+# The pass a target runs, as its tuning's "pass" names it: what the Explainer says runs. Both run eagerly: compiled
+# passes are an experiment (bench/experiments/aoti.py), not served.
+PASSES = {
+    "lean": "the lean pass (lean_pass.py: fused q/k/v and gate/up, packed kernels), run eagerly",
+    "transformers": "transformers' own forward with packed kernels, run eagerly",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TargetTuning:
     plan: KernelPlan
     kernels: Choice
     curve: CostCurve
+    pass_in_use: str = "lean"  # a key of PASSES
 
 
 # loaded model -> what was measured for it (the engine's adaptive k reads it); the same by (source, dtype)
@@ -106,8 +115,8 @@ def c_at_load(target_source: str, target_dtype: torch.dtype, drafter: str) -> fl
 
 def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> TargetTuning:
     """Picks the fastest kernel for the linears per width up to KERNEL_WIDTHS tokens (the widest's for every wider
-    pass), then measures T(n) for n = 1..17 with them, behind CONTEXT_TOKENS cached tokens and, where the model's
-    window holds it, LONG_CONTEXT_TOKENS.
+    pass), then measures T(n) for n = 1..17 with them, behind CONTEXT_TOKENS cached tokens and, where the model is
+    served and its window holds it, LONG_CONTEXT_TOKENS.
 
     served: the model known by its source (tuning_of; the app's labels, every c): not a copy loaded for
     transformers' generate, whose pass and costs differ from the served one of the same source and dtype.
@@ -116,7 +125,8 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     candidates = _kernel_candidates(model, dtype)
     identity = {
         **_pass_identity(model, candidates),
-        "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS],
+        # a copy for transformers' generate is never served: nothing reads its curve behind a long context
+        "contexts": [CONTEXT_TOKENS, LONG_CONTEXT_TOKENS] if served else [CONTEXT_TOKENS],
         "plan": "kernels by width and padded rows",
         "timing": "settled T(1), ratios by round",
     }
@@ -136,7 +146,7 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
         long_curve = (
             None  # a window too short to hold the long context (tiny test models, GPT-2's 1,024): the short curve alone
         )
-        if context_window(model) >= LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:
+        if served and context_window(model) >= LONG_CONTEXT_TOKENS + LONGEST_VERIFICATION:
             long = non_decreasing(_time_widths(model, widths, REPEATS, LONG_CONTEXT_TOKENS, NARROW_ROUNDS))
             # A longer context never makes a pass cheaper: where its median came out lower, that was noise.
             long_curve = [max(s, t) for s, t in zip(short, long)]
@@ -153,7 +163,8 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
         _where(from_disk),
     )
     long_curve = result.get("long_curve")
-    tuning = TargetTuning(plan, choice, CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None))
+    curve = CostCurve(tuple(result["curve"]), tuple(long_curve) if long_curve else None)
+    tuning = TargetTuning(plan, choice, curve, identity["pass"])
     _tunings[model] = tuning
     if served:
         _tunings_by_source[(name, str(dtype))] = tuning
@@ -229,16 +240,23 @@ def kernel_key(kernel: str, width: int) -> str:
     return f"{kernel} x{width}"
 
 
+@torch.inference_mode()
 def _time_kernels(model: PreTrainedModel, kernels: list[str]) -> dict[str, float]:
-    """Median seconds of a pass over 1..KERNEL_WIDTHS tokens with each kernel everywhere. The kernels take
-    turns within every repeat, so that a busy moment of a shared machine hits them alike."""
+    """Median seconds of a pass over 1..KERNEL_WIDTHS tokens with each kernel everywhere, behind one context read
+    once. Each kernel's shapes are warmed up once; then the kernels take turns within every repeat, so that a busy
+    moment of a shared machine hits them alike, each turn opened by an untimed one-token pass (_time_widths)."""
     times: dict[str, list[float]] = {}
     widths = range(1, KERNEL_WIDTHS + 1)
+    clock = _PassClock(model, CONTEXT_TOKENS, KERNEL_WIDTHS)
+    for kernel in kernels:
+        set_kernel_plan(model, KernelPlan(kernel, kernel))
+        clock.warm(widths)
     for _ in range(REPEATS):
         for kernel in kernels:
             set_kernel_plan(model, KernelPlan(kernel, kernel))
-            for width, t in zip(widths, _time_widths(model, widths, 1)):
-                times.setdefault(kernel_key(kernel, width), []).append(t)
+            clock.time(1)
+            for width in widths:
+                times.setdefault(kernel_key(kernel, width), []).append(clock.time(width))
     return {name: statistics.median(values) for name, values in times.items()}
 
 
@@ -277,35 +295,46 @@ def _time_widths(
     k chooses between one, two and three draft tokens on their ratios, and a few rounds leave those ratios to
     timing noise."""
     widths = list(widths)
-    cache = DynamicCache(config=model.config)
-    generator = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    context = torch.randint(vocab, (1, context_tokens), generator=generator, device=model.device)
-    run_pass(model, context, cache)
-    new = torch.randint(vocab, (1, max(widths)), generator=generator, device=model.device)
-
-    def one_pass(n: int) -> float:
-        started = time.perf_counter()
-        run_pass(model, new[:, :n], cache, logits_to_keep=n)
-        if new.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-        cache.crop(-n)  # drop the n new tokens: every pass sees the same context
-        return seconds
-
-    for n in widths:  # warm-up: one-time kernel set-up per shape
-        one_pass(n)
+    clock = _PassClock(model, context_tokens, max(widths))
+    clock.warm(widths)
     singles: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in widths if n > 1}
     for round_ in range(repeats * narrow_rounds):
-        one_pass(1)  # untimed: settles the one-token pass after the round before's widest
-        single = one_pass(1)
+        clock.time(1)  # untimed: settles the one-token pass after the round before's widest
+        single = clock.time(1)
         singles.append(single)
         for n in ratios:
             if round_ < repeats or n <= KERNEL_WIDTHS:
-                ratios[n].append(one_pass(n) / single)
+                ratios[n].append(clock.time(n) / single)
     single = statistics.median(singles)
     return [single if n == 1 else single * statistics.median(ratios[n]) for n in widths]
+
+
+class _PassClock:
+    """Times one pass over n new tokens behind the same context_tokens cached ones each time: the context is read
+    once, and each pass's n new entries are dropped after it."""
+
+    def __init__(self, model: PreTrainedModel, context_tokens: int, widest: int) -> None:
+        self.model, self.cache = model, DynamicCache(config=model.config)
+        generator = torch.Generator().manual_seed(0)
+        vocab = model.config.vocab_size
+        context = torch.randint(vocab, (1, context_tokens), generator=generator, device=model.device)
+        run_pass(model, context, self.cache)
+        self.new = torch.randint(vocab, (1, widest), generator=generator, device=model.device)
+
+    def time(self, n: int) -> float:
+        started = time.perf_counter()
+        run_pass(self.model, self.new[:, :n], self.cache, logits_to_keep=n)
+        if self.new.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        self.cache.crop(-n)
+        return seconds
+
+    def warm(self, widths) -> None:
+        """One untimed pass per width: one-time kernel set-up per shape."""
+        for n in widths:
+            self.time(n)
 
 
 # ---- drafts -------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 AOTInductor package per pass width, every shape static as in gpt-fast: keys and values in one buffer per layer
 and per kind, of a fixed length, passed in and written in place; attention over the whole buffer with a boolean
 mask; weights stored transposed and folded in by freezing, so that inductor's C++ GEMM template packs them. A
-package compiles once per machine and loads in a second in any later process, which torch.compile cannot give
+package compiles once per machine (kept by specdec_core/artefacts.py, checked against its manifest before each
+load) and loads in a second in any later process, which torch.compile cannot give
 here: its graph cache refuses graphs holding MKL-packed weights ("mkldnn tensors unpickleable"), and its
 compile (~90 s, most of it rendering 121 GEMM templates) would run again in every process.
 
@@ -29,9 +30,13 @@ from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import rotate_half
 
 from bench.bandwidth import read_bandwidth, weight_bytes
+from specdec_core.artefacts import artefact_path, artefact_problem, cached_artefact
+from specdec_core.embedded import EMBEDDED_REQUIREMENT
 from specdec_core.kv_cache import CachedModel
 from specdec_core.models import load_model, load_stock
-from specdec_core.sources import EMBEDDED_ID, cache_dir
+from specdec_core.sources import EMBEDDED_ID
+
+PACKAGE_WIDTHS = range(1, 18)  # the widths `run` looks for; `compile` takes any
 
 
 def _transposed(*linears: nn.Linear) -> nn.Parameter:
@@ -96,28 +101,28 @@ def pass_inputs(tokens: list[int], start: int, width: int, length: int) -> tuple
     return torch.tensor([tokens + [0] * (width - n)]), slots[None], slots, mask
 
 
-def package_path(width: int, length: int) -> Path:
-    return cache_dir() / "aoti" / f"static-pass-{width}-of-{length}.pt2"
+def package_identity(width: int, length: int) -> dict:
+    return {"model": EMBEDDED_REQUIREMENT, "pass": "StaticPass", "width": width, "length": length}
 
 
 def compile_package(width: int, length: int) -> dict:
+    """The package for width, from the artefact cache where it is whole and was built here, else compiled."""
     model = load_stock(EMBEDDED_ID, torch.float32)
-    module, path = StaticPass(model).eval(), package_path(width, length)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():  # not inference_mode: freezing folds parameters
-        started = time.perf_counter()
-        example = (*pass_inputs([5] * width, 10, width, length), kv_buffers(model, length))
-        program = torch.export.export(module, example, strict=False)
-        exported = time.perf_counter()
-        torch._inductor.aoti_compile_and_package(
-            program, package_path=str(path), inductor_configs={"freezing": True, "max_autotune": True}
-        )
-    return {
-        "width": width,
-        "export_s": round(exported - started, 1),
-        "compile_s": round(time.perf_counter() - exported, 1),
-        "package_mb": path.stat().st_size >> 20,
-    }
+    module, times = StaticPass(model).eval(), {}
+
+    def build(path: Path) -> None:
+        with torch.no_grad():  # not inference_mode: freezing folds parameters
+            started = time.perf_counter()
+            example = (*pass_inputs([5] * width, 10, width, length), kv_buffers(model, length))
+            program = torch.export.export(module, example, strict=False)
+            exported = time.perf_counter()
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=str(path), inductor_configs={"freezing": True, "max_autotune": True}
+            )
+        times.update(export_s=round(exported - started, 1), compile_s=round(time.perf_counter() - exported, 1))
+
+    package = cached_artefact("static-pass", package_identity(width, length), build)
+    return {"width": width, "package": package.note, **times, "package_mb": package.path.stat().st_size >> 20}
 
 
 def run_packages(length: int, tokens: int = 32) -> dict:
@@ -125,10 +130,14 @@ def run_packages(length: int, tokens: int = 32) -> dict:
     pass, one step of each in turn (paired), and whether the tokens are the same; each width's pass time."""
     bandwidths = [read_bandwidth()]
     model = load_stock(EMBEDDED_ID, torch.float32)
-    paths = package_path(1, length).parent.glob(f"static-pass-*-of-{length}.pt2")
     started = time.perf_counter()
-    packages = {int(path.name.split("-")[2]): torch._inductor.aoti_load_package(str(path)) for path in paths}
-    packages = dict(sorted(packages.items()))
+    packages = {}
+    for width in PACKAGE_WIDTHS:  # those compiled here, whole: checked against their manifests before loading
+        path = artefact_path("static-pass", package_identity(width, length))
+        if artefact_problem(path, package_identity(width, length)) is None:
+            packages[width] = torch._inductor.aoti_load_package(str(path))
+    if 1 not in packages:
+        raise SystemExit("No whole 1-token package compiled on this machine: run `compile --width 1` first.")
     loaded = time.perf_counter() - started
     eager, kv, lean = StaticPass(model).eval(), kv_buffers(model, length), CachedModel(load_model(EMBEDDED_ID).model)
     prompt = list(range(100, 260))
@@ -164,7 +173,7 @@ def run_packages(length: int, tokens: int = 32) -> dict:
         "lean_ms_per_token": round(1000 * statistics.median(lean_seconds), 1),
         "identical": compiled == reference,
         "ms_by_width": {w: round(1000 * t, 1) for w, t in by_width.items()},
-        "T(n)/T(1)": {w: round(t / by_width[1], 2) for w, t in by_width.items()} if 1 in by_width else {},
+        "T(n)/T(1)": {w: round(t / by_width[1], 2) for w, t in by_width.items()},
     }
 
 

@@ -66,6 +66,11 @@ def race_again(page, timeout_ms: int = 180_000) -> None:
     page.wait_for_selector("#race-summary table.summary", timeout=timeout_ms)
 
 
+def set_slider(page, element: str, value: int) -> None:
+    page.locator(f"{element} input[type='number']").fill(str(value))
+    page.locator(f"{element} input[type='number']").press("Tab")
+
+
 def choose(page, element: str, option: str) -> None:
     page.locator(f"{element} input").click()
     page.get_by_role("option", name=option, exact=False).click()
@@ -175,6 +180,7 @@ def test_tree_view_follows_the_race_and_replays_a_step(app_url, page, tmp_path):
 def test_sampled_races_show_each_rule_and_its_picture(app_url, page, tmp_path, drafter, rule):
     choose(page, "#drafter", drafter)
     page.get_by_label("sampling").check()
+    set_slider(page, "#race-tokens", 48)  # enough for accepted and refused drafts under the rule
     race_again(page)
     titles = page.locator("#spec-pane .tok-accepted").evaluate_all("nodes => nodes.map(n => n.title)")
     assert titles and any(rule in title for title in titles)
@@ -189,6 +195,7 @@ def test_sampled_races_show_each_rule_and_its_picture(app_url, page, tmp_path, d
         path=str(Path(os.environ.get("SPECDEC_SHOTS", tmp_path)) / f"rule-{name}.png")
     )
     page.get_by_label("greedy").check()
+    set_slider(page, "#race-tokens", 96)
 
 
 def test_explainer_replays_the_last_race_and_shows_this_machines_costs(app_url, page):
@@ -220,9 +227,8 @@ def test_workload_check_shows_its_configuration_outputs_and_copy_flag(app_url, p
     page.get_by_role("checkbox", name="your prompts").check()
     copying = "Repeat exactly, word for word: the quick brown fox jumps over the lazy dog near the river bank."
     page.get_by_label("Your prompts, one per line").fill(f"{copying}\nName three colours.")
-    for slider, value in (("#workload-repeats", "2"), ("#workload-tokens", "24")):
-        page.locator(f"{slider} input[type='number']").fill(value)
-        page.locator(f"{slider} input[type='number']").press("Tab")
+    for slider, value in (("#workload-repeats", 2), ("#workload-tokens", 24)):
+        set_slider(page, slider, value)
     page.get_by_role("button", name="Run workload check").click()
     page.wait_for_selector("#workload-status :text('Per set')", timeout=300_000)
     config = page.locator("#workload-config").inner_text()

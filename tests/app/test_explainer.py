@@ -166,7 +166,14 @@ def test_the_kernel_table_goes_to_its_accordion_and_the_curve_stays_in_the_lesso
     machine, kernels, figure = explainer_handlers.machine_view(None)
     assert "| tokens a pass | packed (oneDNN) | stock (F.linear) |" in kernels and "target linears" in kernels
     assert "| tokens a pass" not in machine and "T(5)/T(1)" in machine
+    assert "the pass that runs, whose costs these are: the lean pass" in machine and "run eagerly" in machine
     assert list(figure.data[0].y) == pytest.approx(STEEP.ratios)
+    other = TargetTuning(plan, tuning.kernels, STEEP, "transformers")
+    monkeypatch.setattr(explainer_handlers, "tuning_of", lambda target, dtype: other)
+    assert (
+        "the pass that runs, whose costs these are: transformers' own forward"
+        in explainer_handlers.machine_view(None)[0]
+    )
 
 
 def test_the_trees_agreement_starts_and_stays_at_or_above_the_chains(page):

@@ -188,6 +188,8 @@ def test_target_tuning_measures_behind_a_long_context_where_the_window_holds_one
     assert (
         again.kernels.note == "read from the tuning cache" and again.curve == curve
     )  # the long curve survives the file
+    for_generate = tune_target(tiny_llama(seed=3, window=2048), "tiny, for generate", served=False)
+    assert for_generate.kernels.note == "measured now" and for_generate.curve.long_seconds is None  # never served
 
 
 def test_choose_fastest_keeps_the_fastest_candidate_and_caches_the_timings(tmp_path, monkeypatch):

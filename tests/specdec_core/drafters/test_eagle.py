@@ -264,13 +264,16 @@ def small_target():
     return tiny_llama(seed=11, vocab_size=SMALL_VOCAB)
 
 
+def reduced_vocabulary_head(target, layers: tuple[int, ...] = (), draft_layers: int = 1):
+    # q is zero for tokens 5, 6 and 7, which the target can still emit (through the residual).
+    return random_head(target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0, layers=layers, draft_layers=draft_layers)
+
+
 @pytest.fixture(
     scope="module", params=[((), 1), ((0, 1), 1), ((), 2)], ids=["last layer", "fused layers", "two layers"]
 )
 def small_head(small_target, request):
-    # q is zero for tokens 5, 6 and 7, which the target can still emit (through the residual).
-    layers, draft_layers = request.param
-    return random_head(small_target, [0, 1, 2, 3, 4], seed=5, sharpness=6.0, layers=layers, draft_layers=draft_layers)
+    return reduced_vocabulary_head(small_target, *request.param)
 
 
 def head_sample_counts(target, head, runs: int) -> tuple[list[int], list[int]]:
@@ -295,7 +298,9 @@ def test_head_sampling_matches_target_distribution(small_target, small_head):
     assert assert_matches(seconds, second) > 1e-3
 
 
-def test_head_distribution_test_catches_always_accept(small_target, small_head, monkeypatch):
+def test_head_distribution_test_catches_always_accept(small_target, monkeypatch):
+    """The control: the same test fails under a broken rule (once: its power is the rule's, not the head's)."""
+
     def always_accept(draft_tokens, draft_probs, target_probs, sampler, parents=None, confidence=None):
         k = draft_tokens.shape[0]
         return Verdict(
@@ -304,7 +309,7 @@ def test_head_distribution_test_catches_always_accept(small_target, small_head, 
 
     monkeypatch.setattr(engine, "verify", always_accept)
     first, second = exact_marginals(small_target, [1, 2, 3], SAMPLING)
-    firsts, seconds = head_sample_counts(small_target, small_head, runs=1500)
+    firsts, seconds = head_sample_counts(small_target, reduced_vocabulary_head(small_target), runs=1500)
     assert min(assert_matches(firsts, first), assert_matches(seconds, second)) < 1e-6
 
 
