@@ -44,7 +44,6 @@ def first_start_report(args) -> dict:
         finally:
             process.terminate()
             process.wait(timeout=30)
-        lines = log.read_text().splitlines()
     return {
         "machine": this_machine().as_dict(),
         "caches": "this machine's" if args.warm else "none",
@@ -52,7 +51,6 @@ def first_start_report(args) -> dict:
         "first_race_s": round(race_s, 1),
         "race": {"drafter": PRESETS[0].drafts[0], "tokens": len(details["spec_tokens"]), "prompt": PROMPT},
         "identical": details["identical"],
-        "measured_at_start": [line for line in lines if "measured now" in line],
     }
 
 
