@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import logging
 import statistics
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from .costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve, non_decreasing
 from .cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, linear_weight_bytes, set_kernel_plan, supports
-from .lean_pass import is_lean, run_pass
+from .lean_pass import is_lean
 from .limits import context_window
 from .machine import this_machine
 from .measurements import cached
+from .pass_clock import PassClock
 from .sources import memory_budget
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def _time_kernels(model: PreTrainedModel, kernels: list[str]) -> dict[str, float
     moment of a shared machine hits them alike, each turn opened by an untimed one-token pass (_time_widths)."""
     times: dict[str, list[float]] = {}
     widths = range(1, KERNEL_WIDTHS + 1)
-    clock = _PassClock(model, CONTEXT_TOKENS, KERNEL_WIDTHS)
+    clock = PassClock(model, CONTEXT_TOKENS, KERNEL_WIDTHS)
     for kernel in kernels:
         set_kernel_plan(model, KernelPlan(kernel, kernel))
         clock.warm(widths)
@@ -295,7 +295,7 @@ def _time_widths(
     k chooses between one, two and three draft tokens on their ratios, and a few rounds leave those ratios to
     timing noise."""
     widths = list(widths)
-    clock = _PassClock(model, context_tokens, max(widths))
+    clock = PassClock(model, context_tokens, max(widths))
     clock.warm(widths)
     singles: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in widths if n > 1}
@@ -308,33 +308,6 @@ def _time_widths(
                 ratios[n].append(clock.time(n) / single)
     single = statistics.median(singles)
     return [single if n == 1 else single * statistics.median(ratios[n]) for n in widths]
-
-
-class _PassClock:
-    """Times one pass over n new tokens behind the same context_tokens cached ones each time: the context is read
-    once, and each pass's n new entries are dropped after it."""
-
-    def __init__(self, model: PreTrainedModel, context_tokens: int, widest: int) -> None:
-        self.model, self.cache = model, DynamicCache(config=model.config)
-        generator = torch.Generator().manual_seed(0)
-        vocab = model.config.vocab_size
-        context = torch.randint(vocab, (1, context_tokens), generator=generator, device=model.device)
-        run_pass(model, context, self.cache)
-        self.new = torch.randint(vocab, (1, widest), generator=generator, device=model.device)
-
-    def time(self, n: int) -> float:
-        started = time.perf_counter()
-        run_pass(self.model, self.new[:, :n], self.cache, logits_to_keep=n)
-        if self.new.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-        self.cache.crop(-n)
-        return seconds
-
-    def warm(self, widths) -> None:
-        """One untimed pass per width: one-time kernel set-up per shape."""
-        for n in widths:
-            self.time(n)
 
 
 # ---- drafts -------------------------------------------------------------------------------------------

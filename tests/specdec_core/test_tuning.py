@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from specdec_core import tuning
+from specdec_core import pass_clock, tuning
 from specdec_core.costs import CostCurve, non_decreasing
 from specdec_core.cpu_kernels import MKL_PACKED, PACKED, STOCK, KernelPlan, speed_up_linears, supports
 from specdec_core.machine import ISA_FLAGS, this_machine
@@ -215,7 +215,7 @@ def test_the_one_token_pass_is_timed_settled_and_the_narrow_widths_more_often(mo
     delay never reaches it, while a wide pass's ratio to its own round's T(1) stays as measured. Widths up to
     KERNEL_WIDTHS get narrow_rounds times the rounds."""
     model = tiny_llama(seed=0)
-    real_pass, calls, last = tuning.run_pass, [], {"width": 1}
+    real_pass, calls, last = pass_clock.run_pass, [], {"width": 1}
 
     def pass_after(model, input_ids, cache, **kwargs):
         width = input_ids.shape[1]
@@ -225,7 +225,7 @@ def test_the_one_token_pass_is_timed_settled_and_the_narrow_widths_more_often(mo
         calls.append(width)
         return real_pass(model, input_ids, cache, **kwargs)
 
-    monkeypatch.setattr(tuning, "run_pass", pass_after)
+    monkeypatch.setattr(pass_clock, "run_pass", pass_after)
     widest = tuning.KERNEL_WIDTHS + 2
     seconds = tuning._time_widths(model, range(1, widest + 1), repeats=2, context_tokens=16, narrow_rounds=3)
     assert seconds[0] < 0.02  # without settling, the median T(1) would carry the 30 ms
