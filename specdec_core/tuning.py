@@ -133,8 +133,7 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
 
     def measure() -> dict:
         on_cpu = model.device.type == "cpu"
-        kernels = _time_kernels(model, candidates) if len(candidates) > 1 else {}
-        plan = _plan_from(kernels)
+        kernels, plan = _timed_plan(model, candidates)
         set_kernel_plan(model, plan)
         widths = range(1, LONGEST_VERIFICATION + 1)
         raw = _time_widths(model, widths, REPEATS, CONTEXT_TOKENS, NARROW_ROUNDS)
@@ -190,8 +189,7 @@ def tune_kernels(model: PreTrainedModel, name: str) -> Choice:
     candidates = _kernel_candidates(model, next(model.parameters()).dtype)
 
     def measure() -> dict:
-        kernels = _time_kernels(model, candidates) if len(candidates) > 1 else {}
-        plan = _plan_from(kernels)
+        kernels, plan = _timed_plan(model, candidates)
         return {"kernels": kernels, "plan": [plan.single, plan.wide, [], list(plan.narrow)]}
 
     result, from_disk = cached("kernels", _pass_identity(model, candidates), measure)
@@ -258,6 +256,12 @@ def _time_kernels(model: PreTrainedModel, kernels: list[str]) -> dict[str, float
             for width in widths:
                 times.setdefault(kernel_key(kernel, width), []).append(clock.time(width))
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _timed_plan(model: PreTrainedModel, candidates: list[str]) -> tuple[dict[str, float], KernelPlan]:
+    """The candidates' timings (none where there is nothing to choose between) and the plan they give."""
+    kernels = _time_kernels(model, candidates) if len(candidates) > 1 else {}
+    return kernels, _plan_from(kernels)
 
 
 def _padded_rows(seconds: list[float]) -> tuple[int, ...]:

@@ -133,8 +133,9 @@ def run_packages(length: int, tokens: int = 32) -> dict:
     started = time.perf_counter()
     packages = {}
     for width in PACKAGE_WIDTHS:  # those compiled here, whole: checked against their manifests before loading
-        path = artefact_path("static-pass", package_identity(width, length))
-        if artefact_problem(path, package_identity(width, length)) is None:
+        identity = package_identity(width, length)
+        path = artefact_path("static-pass", identity)
+        if artefact_problem(path, identity) is None:
             packages[width] = torch._inductor.aoti_load_package(str(path))
     if 1 not in packages:
         raise SystemExit("No whole 1-token package compiled on this machine: run `compile --width 1` first.")

@@ -140,12 +140,17 @@ def watch_memory(process: psutil.Process, report: Report, stop: threading.Event)
         stop.wait(0.2)
 
 
+def client_prompt(index: int, race_number: int) -> str:
+    """The prompt client `index` races in its race `race_number`."""
+    return PROMPTS[(index + race_number) % len(PROMPTS)]
+
+
 def client_loop(
     url: str, index: int, races: int, tokens: int, references: dict[str, list[int]], report: Report
 ) -> None:
     client = Client(url, verbose=False)
     for r in range(races):
-        prompt = PROMPTS[(index + r) % len(PROMPTS)]
+        prompt = client_prompt(index, r)
         role = (index + r) % 4  # a quarter each: bad input, cancel mid-run, and (twice) a normal race
         try:
             if role == 1:
@@ -234,7 +239,7 @@ def run(clients: int, races: int, tokens: int, long_tokens: int = 256) -> dict:
     stop = threading.Event()
     try:
         app = psutil.Process(process.pid)
-        used = {PROMPTS[(i + r) % len(PROMPTS)] for i in range(clients) for r in range(races)}
+        used = {client_prompt(i, r) for i in range(clients) for r in range(races)}
         references = {p: race(Client(url, verbose=False), p, tokens)["plain_tokens"] for p in used}
         report.baseline_mib = app.memory_info().rss / 2**20
         watcher = threading.Thread(target=watch_memory, args=(app, report, stop), daemon=True)
