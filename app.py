@@ -11,21 +11,22 @@ if importlib.util.find_spec("spaces"):  # on ZeroGPU it must be imported before 
 from app.presets import default_target, obtain_embedded, preset_for  # noqa: E402
 from app.ui import build_ui, launch  # noqa: E402
 from specdec_core import GenerationConfig, encode_prompt, load_model, make_drafter, speculative  # noqa: E402
+from specdec_core.compile_jobs import compile_in_background  # noqa: E402
 
 
 def warm_default_models() -> None:
     """Load the default pair in the background, so the page is up at once, and run it for a few tokens:
-    the first pass of a fresh process pays one-time kernel set-up that would otherwise land in the first race."""
+    the first pass of a fresh process pays one-time kernel set-up that would otherwise land in the first race.
+    Then bring the target's compiled passes into use: loaded where built before, else built by a low-priority
+    process while races run on the lean pass (SPECDEC_COMPILE=off: never)."""
     target = default_target()
     try:
         preset = preset_for(target)  # the default target always has one
         loaded = load_model(target)
         prompt = encode_prompt(loaded.tokenizer, "Say hello.")
-        list(
-            speculative(
-                loaded.model, make_drafter(preset.drafts[0], loaded), prompt, GenerationConfig(max_new_tokens=6)
-            )
-        )
+        drafter = make_drafter(preset.drafts[0], loaded)
+        list(speculative(loaded.model, drafter, prompt, GenerationConfig(max_new_tokens=6)))
+        compile_in_background(loaded.model, target, drafter.feature_layers)
     except Exception as error:  # noqa: BLE001  (shown again, as a clear message, when a race asks for the model)
         print(f"Warm-up failed: {error}")
 

@@ -7,6 +7,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from specdec_core import SpecStep, load_model
+from specdec_core.compile_jobs import compile_state
 from specdec_core.costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, CostCurve
 from specdec_core.machine import this_machine
 from specdec_core.models import default_dtype
@@ -69,6 +70,7 @@ def machine_view(last: dict | None) -> tuple[str, str, object]:
     lines = [
         f"**Measured on this machine**: {this_machine().kind}; target `{target}`.",
         f"- the pass that runs, whose costs these are: {PASSES[tuning.pass_in_use]}",
+        _compile_line(target),
         *_c_lines(tuning),
         *_drafter_cost_lines(target),
         *_tree_size_lines(last),
@@ -77,6 +79,12 @@ def machine_view(last: dict | None) -> tuple[str, str, object]:
         [f"{tuning.kernels.describe(timings=False)}; a whole pass by kernel:", *views.kernel_table(tuning)]
     )
     return "\n".join(lines), kernels, explainer_charts.cost_curve_figure(tuning.curve)
+
+
+def _compile_line(target: str) -> str:
+    """Where compiling the target's passes stands: compiling (the lean pass serves meanwhile), in use, or why not."""
+    state = compile_state(target)
+    return f"- compiled passes: {state.state}; {state.detail}"
 
 
 def _c_lines(tuning: TargetTuning) -> list[str]:

@@ -28,6 +28,7 @@ from specdec_core.sources import EMBEDDED_ID
 from specdec_core.tuning import cost_curve
 
 from .measure import bench_prompts, measure, ours, theirs
+from .paths import COMPILED, LEAN, served_paths
 
 STREAM_BYTES = 256 * 2**20
 
@@ -91,11 +92,14 @@ def bandwidth_report(args) -> dict:
     stock = load_stock(EMBEDDED_ID, torch.float32)
     before_lean = load_model(EMBEDDED_ID, for_generate=True).model  # packed kernels, transformers' forward
     weights = weight_bytes(target.model)
+    paths = served_paths(target)
     bandwidths = [read_bandwidth()]
     methods, prompts = {}, []
     for workload, item in bench_prompts(args.prompts):
         prompt, label = encode_prompt(target.tokenizer, item.text), f"{workload}: {item.text[:40]}"
-        methods[f"plain {label}"] = ours(target.model, prompt, args.tokens, stops)
+        methods[f"plain {label}"] = paths.on(LEAN, ours(target.model, prompt, args.tokens, stops))
+        if COMPILED in paths.available:
+            methods[f"plain, compiled {label}"] = paths.on(COMPILED, ours(target.model, prompt, args.tokens, stops))
         methods[f"plain, transformers forward {label}"] = ours(before_lean, prompt, args.tokens, stops)
         methods[f"hf generate {label}"] = theirs(stock, prompt, args.tokens, stops)
         prompts.append(label)
@@ -110,7 +114,9 @@ def bandwidth_report(args) -> dict:
     def identical(method: str) -> bool:
         return all(outputs[f"{method} {label}"] == outputs[f"plain {label}"] for label in prompts)
 
+    paths.use(LEAN)
     curve, curve_before = cost_curve(target.model), cost_curve(before_lean)
+    compiled = COMPILED in paths.available
     report = {
         "when": datetime.now(UTC).isoformat(),
         "machine": this_machine().as_dict(),
@@ -128,6 +134,11 @@ def bandwidth_report(args) -> dict:
         "verify_ratio_before_lean": curve_before.ratios if curve_before else None,
         "identical_to_generate": identical("hf generate"),
         "identical_to_before_lean": identical("plain, transformers forward"),
+        # the compiled passes (specdec_core/compiled_pass.py), where built here; None where not
+        "compiled_ms_per_token": ms_per_token("plain, compiled") if compiled else None,
+        "compiled_fraction_of_bound": 1000 * bound / ms_per_token("plain, compiled") if compiled else None,
+        "verify_ratio_compiled": paths.curves[COMPILED].ratios if compiled else None,
+        "identical_compiled": identical("plain, compiled") if compiled else None,
         "profile": [op_profile(target.model, width) for width in (1, args.head_k + 1)],
     }
     print_bandwidth(report)
@@ -153,7 +164,16 @@ def print_bandwidth(report: dict) -> None:
         f"identical: {report['identical_to_before_lean']}; "
         f"transformers' generate (stock): {report['hf_generate_ms_per_token']:.1f} ms/token"
     )
-    for name, key in (("lean pass", "verify_ratio"), ("before", "verify_ratio_before_lean")):
+    if report["compiled_ms_per_token"] is not None:
+        print(
+            f"compiled passes: {report['compiled_ms_per_token']:.1f} ms/token = "
+            f"{100 * report['compiled_fraction_of_bound']:.0f}% of the bound; identical: {report['identical_compiled']}"
+        )
+    for name, key in (
+        ("lean pass", "verify_ratio"),
+        ("compiled", "verify_ratio_compiled"),
+        ("before", "verify_ratio_before_lean"),
+    ):
         if report[key]:
             print(f"T(n)/T(1), n = 1.., {name}: " + " ".join(f"{r:.2f}" for r in report[key]))
     for run in report["profile"]:

@@ -23,37 +23,40 @@ from specdec_core.models import load_model
 from specdec_core.prompts import encode_prompt, stop_token_ids
 from specdec_core.sources import EMBEDDED_ID
 from specdec_core.stats import c_in_run
-from specdec_core.tuning import tuning_of
 
 from .measure import curve_fields, measure, ours, paired_ratio
+from .paths import LEAN, ServedPaths, served_paths
 
 
 def suite_report(args) -> dict:
     drafts, groups = _chosen(args)  # bad names fail here, before minutes of loading
     target = load_model(EMBEDDED_ID)
     stops = stop_token_ids(target.tokenizer, target.model)
-    curve = tuning_of(EMBEDDED_ID, target.model.dtype).curve
-    for spec, _ in drafts.values():
-        make_drafter(spec, target)  # load and measure each once, outside the timed runs
+    paths = served_paths(target)  # the lean pass, and the compiled passes where built here
+    for path in paths.available:
+        paths.use(path)
+        for spec, _ in drafts.values():
+            make_drafter(spec, target)  # load and measure each once, outside the timed runs
     report = {
         "when": datetime.now(UTC).isoformat(),
         "machine": this_machine().as_dict(),
         "args": vars(args),
-        **curve_fields(curve),
+        **curve_fields(paths.curves[LEAN]),
+        "paths": {path: curve_fields(paths.curves[path]) for path in paths.available},
         "categories": {},
     }
     first = encode_prompt(target.tokenizer, next(iter(groups.values()))[0].text)
-    measure(_methods(target, first, 8, stops, drafts), 1)  # untimed: one-time set-up of every method's shapes
+    measure(_methods(paths, first, 8, stops, drafts), 1)  # untimed: one-time set-up of every method's shapes
     for category, prompts in groups.items():
         rows = []
         for item in prompts:
             prompt = encode_prompt(target.tokenizer, item.text)
-            timings, outputs = measure(_methods(target, prompt, args.tokens, stops, drafts), args.repeats)
+            timings, outputs = measure(_methods(paths, prompt, args.tokens, stops, drafts), args.repeats)
             rows.append(
                 {
-                    name: _method_row(t, timings["plain"], outputs[name] == outputs["plain"])
+                    name: _method_row(t, timings[_baseline(name)], outputs[name] == outputs[PLAIN])
                     for name, t in timings.items()
-                    if name != "plain"
+                    if name != PLAIN
                 }
             )
         report["categories"][category] = _category_summary(
@@ -109,10 +112,29 @@ def only_named(named: dict, wanted: str, option: str, what: str) -> dict:
     return {name: named[name] for name in names}
 
 
-def _methods(target, prompt: list[int], tokens: int, stops, drafts: dict) -> dict:
-    methods = {"plain": ours(target.model, prompt, tokens, stops)}
-    for name, (spec, config) in drafts.items():
-        methods[name] = ours(target.model, prompt, tokens, stops, lambda spec=spec: make_drafter(spec, target), config)
+PLAIN = "plain"
+
+
+def on_path(name: str, path: str) -> str:
+    """A method's name on a path: as it is on the lean pass, "<name> [compiled]" on the compiled passes."""
+    return name if path == LEAN else f"{name} [{path}]"
+
+
+def _baseline(name: str) -> str:
+    """What a method's speedup is measured against: plain decoding on its own path; for the compiled path's plain
+    decoding, the lean pass's (the speedup of compiling)."""
+    path = name[name.index("[") + 1 : -1] if name.endswith("]") else LEAN
+    baseline = on_path(PLAIN, path)
+    return PLAIN if name == baseline else baseline
+
+
+def _methods(paths: ServedPaths, prompt: list[int], tokens: int, stops, drafts: dict) -> dict:
+    target, methods = paths.target, {}
+    for path in paths.available:
+        methods[on_path(PLAIN, path)] = paths.on(path, ours(target.model, prompt, tokens, stops))
+        for name, (spec, config) in drafts.items():
+            drafter = lambda spec=spec: make_drafter(spec, target)  # noqa: E731  (made after the switch: its costs)
+            methods[on_path(name, path)] = paths.on(path, ours(target.model, prompt, tokens, stops, drafter, config))
     return methods
 
 

@@ -6,6 +6,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from .compiled_pass import CompiledPasses, compiled_passes
 from .errors import SpecDecError
 from .lean_pass import run_pass
 from .tree import attention_mask, positions
@@ -31,11 +32,23 @@ class GrowingLayer(DynamicLayer):
     concatenating: DynamicLayer copies the whole cache on every pass, a cost that grows with the context
     (bench/RESULTS.md, 2026-12-03, AMD EPYC (AVX-512)). keys and values stay views of the buffer's first
     positions, so crop and every reader see what DynamicLayer would show them. Written by hand: transformers'
-    StaticCache preallocates too, but cannot crop (rollback) and fixes the length in advance."""
+    StaticCache preallocates too, but cannot crop (rollback) and fixes the length in advance.
+
+    room: positions the first buffer holds; a compiled pass (compiled_pass.py) reads and writes buffers of
+    exactly its static length, so a cache made for one starts with that room."""
+
+    def __init__(self, room: int = MIN_ROOM) -> None:
+        super().__init__()
+        self.first_room = room
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
-        self.room = tuple(with_room(states[..., :0, :], 0, 1, dim=-2) for states in (key_states, value_states))
+        # zeroed, not empty: a compiled pass reads the whole buffer (masked), and masking cannot undo a NaN that
+        # uninitialised memory may hold (NaN + -inf is NaN)
+        self.room = tuple(
+            states.new_zeros((*states.shape[:-2], self.first_room, states.shape[-1]))
+            for states in (key_states, value_states)
+        )
         self.keys, self.values = (buffer[..., :0, :] for buffer in self.room)
 
     def update(
@@ -69,10 +82,22 @@ class GrowingLayer(DynamicLayer):
         self.update(keys, values)
 
 
-def growing_cache(model: PreTrainedModel) -> DynamicCache:
-    """transformers' DynamicCache for the model, its plain layers GrowingLayers."""
+def growing_cache(model: PreTrainedModel, room: int = MIN_ROOM) -> DynamicCache:
+    """transformers' DynamicCache for the model, its plain layers GrowingLayers with `room` positions at first."""
     cache = DynamicCache(config=model.config)
-    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [GrowingLayer(room) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def static_cache(model: PreTrainedModel, length: int) -> DynamicCache:
+    """A growing cache whose layers start with buffers of `length` positions, allocated now: what a compiled pass
+    reads and writes (until a context past `length` grows them and the lean pass takes over)."""
+    cache = growing_cache(model, room=length)
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    empty = torch.empty(1, config.num_key_value_heads, 0, head_dim, dtype=torch.float32, device=model.device)
+    for layer in cache.layers:
+        layer.lazy_initialization(empty, empty)
     return cache
 
 
@@ -87,7 +112,9 @@ class CachedModel:
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.device = model.device
-        self.cache = growing_cache(model)
+        # read once: every pass of one run goes through the same passes, even if compiled ones arrive meanwhile
+        self.compiled: CompiledPasses | None = compiled_passes(model)
+        self.cache = static_cache(model, self.compiled.plan.length) if self.compiled else growing_cache(model)
         self.passes = 0
 
     @property
@@ -120,6 +147,10 @@ class CachedModel:
     def _forward(
         self, token_ids: list[int], logits_to_keep: int, layers: tuple[int, ...], parents: tuple[int, ...] | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self.passes += 1
+        width = self._compiled_width(len(token_ids), layers)
+        if width is not None:
+            return self._compiled_forward(token_ids, logits_to_keep, parents, width)
         input_ids = torch.tensor([token_ids], device=self.device)
         tree = {}
         if parents:  # a 4D mask and explicit positions, which transformers uses as given
@@ -131,8 +162,30 @@ class CachedModel:
         logits, features = run_pass(
             self.model, input_ids, self.cache, logits_to_keep=logits_to_keep, feature_layers=layers, **tree
         )
-        self.passes += 1
         return logits[0].float().cpu(), features[0].float().cpu() if layers else None
+
+    def _compiled_width(self, tokens: int, layers: tuple[int, ...]) -> int | None:
+        """The compiled bucket for this pass, or None where the lean pass runs: no compiled passes, a context or a
+        pass past them, a cache grown past their length, feature layers they do not output."""
+        if self.compiled is None:
+            return None
+        plan, count = self.compiled.plan, self.model.config.num_hidden_layers
+        if layers and sorted({i % count for i in layers}) != sorted(i % count for i in plan.feature_layers):
+            return None
+        if self.cache.layers[0].room[0].shape[-2] != plan.length:
+            return None
+        return self.compiled.width_for(tokens, self.length)
+
+    def _compiled_forward(
+        self, token_ids: list[int], logits_to_keep: int, parents: tuple[int, ...] | None, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        kv = [buffer for layer in self.cache.layers for buffer in layer.room]
+        cached = self.length
+        logits, features = self.compiled.run(kv, token_ids, cached, parents, width)
+        end = cached + len(token_ids)
+        for layer in self.cache.layers:
+            layer.keys, layer.values = (buffer[..., :end, :] for buffer in layer.room)
+        return logits[-logits_to_keep:], features
 
     def adopt(self, source: CachedModel, length: int) -> None:
         """Extends this cache to `length` positions with another model's entries for them (those past its own

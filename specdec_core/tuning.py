@@ -60,11 +60,12 @@ class Choice:
         return f"{self.part}: {self.chosen}{f' ({listed})' if timings else ''}{'; ' + self.note if self.note else ''}"
 
 
-# The pass a target runs, as its tuning's "pass" names it: what the Explainer says runs. Both run eagerly: compiled
-# passes are an experiment (bench/experiments/aoti.py), not served.
+# The pass a target runs, as its tuning's "pass" names it: what the Explainer says runs.
 PASSES = {
     "lean": "the lean pass (lean_pass.py: fused q/k/v and gate/up, packed kernels), run eagerly",
     "transformers": "transformers' own forward with packed kernels, run eagerly",
+    "compiled": "the static pass compiled ahead of time by AOTInductor (compiled_pass.py) for the widths where it "
+    "measured faster than the lean pass, the lean pass for the others",
 }
 
 
@@ -179,6 +180,13 @@ def tune_target(model: PreTrainedModel, name: str, served: bool = True) -> Targe
     if curve.long_seconds is not None:
         log.info("  behind %d tokens: %s", LONG_CONTEXT_TOKENS, curve.at(LONG_CONTEXT_TOKENS).describe())
     return tuning
+
+
+def use_pass(model: PreTrainedModel, source: str, pass_in_use: str, curve: CostCurve) -> None:
+    """Records that the served model now runs another pass (compile_jobs.py), whose costs later runs read."""
+    tuning = replace(_tunings[model], curve=curve, pass_in_use=pass_in_use)
+    _tunings[model] = tuning
+    _tunings_by_source[(source, str(next(model.parameters()).dtype))] = tuning
 
 
 def tune_kernels(model: PreTrainedModel, name: str) -> Choice:

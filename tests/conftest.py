@@ -29,6 +29,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub
 # Measured costs go to a fresh folder, shared with the app processes the tests start: tests never read
 # timings another machine left (the converted embedded model stays in the usual cache: it is the same anywhere).
 os.environ.setdefault("SPECDEC_TUNING_DIR", tempfile.mkdtemp(prefix="specdec-tuning-"))
+# Compiling the target's passes takes minutes per width: off in the tests and the apps they start, except where a
+# test turns it on (tests/specdec_core/test_compiled_pass.py builds a tiny model's).
+os.environ.setdefault("SPECDEC_COMPILE", "off")
 
 import httpx
 import pytest

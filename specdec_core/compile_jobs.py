@@ -1,0 +1,249 @@
+"""Compiling a served target's passes without blocking anyone (compiled_pass.py).
+
+A separate process at the lowest CPU priority builds the packages that are missing (minutes per width) while the
+serving process runs the lean pass; when every width is built, the serving process loads them, times the compiled
+pass's cost curve and attaches them (compiled_pass.attach), so that runs started from then on take them and size
+their drafts by their costs (tuning.use_pass). Built packages stay on disk: a later start loads them in seconds.
+
+Ahead of time, with nothing else running (the README names it):
+
+    python3 -m specdec_core.compile_jobs [--source embedded:SmolLM2-135M-Instruct] [--layers 2,15,28]
+
+SPECDEC_COMPILE=off turns compiling off (the tests do, except where they test it); =load uses packages already
+built but builds none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import torch
+from transformers import PreTrainedModel
+
+from .artefacts import artefact_dir
+from .compiled_pass import (
+    CompiledPasses,
+    PassPlan,
+    attach,
+    build_packages,
+    compiled_passes,
+    kv_buffers,
+    load_packages,
+    model_fingerprint,
+)
+from .costs import CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve, non_decreasing
+from .lean_pass import is_lean
+from .measurements import cached
+from .models import load_stock
+from .pass_clock import PassClock
+from .sources import EMBEDDED_ID, cache_dir, classify, parameter_count
+from .tuning import use_pass
+
+log = logging.getLogger(__name__)
+
+MODES = ("background", "load", "off")
+# Compiled only where it pays: each width's package holds the model's weights packed, and compiling takes minutes
+# per width for a 135M model on two cores, about proportionally more for larger ones.
+MAX_PARAMETERS = 400_000_000
+REPEATS = 9
+FASTER_BY = 1.03  # a compiled width is used where it is this much faster than the lean pass: noise never decides
+
+
+def compile_mode() -> str:
+    mode = os.environ.get("SPECDEC_COMPILE", "background")
+    return mode if mode in MODES else "off"
+
+
+@dataclass(frozen=True, slots=True)
+class CompileState:
+    """Where compiling a target's passes stands, for the Explainer."""
+
+    state: str  # "compiling", "in use", "not used" (not faster here), "failed", "off", "not compiled"
+    detail: str = ""
+
+
+_states: dict[str, CompileState] = {}
+_lock = threading.Lock()
+
+
+def compile_state(source: str) -> CompileState:
+    return _states.get(source, CompileState("not compiled", "no compiled pass has been asked for this model"))
+
+
+def not_compilable(model: PreTrainedModel, source: str) -> str | None:
+    """Why the model's passes are not compiled here, or None."""
+    if compile_mode() == "off":
+        return "compiling is off (SPECDEC_COMPILE=off)"
+    if not is_lean(model) or next(model.parameters()).dtype != torch.float32:
+        return "only a float32 Llama-family target on a CPU (the lean pass's models) is compiled"
+    parameters = parameter_count(source, classify(source))
+    if parameters is None or parameters > MAX_PARAMETERS:
+        return f"only models up to {MAX_PARAMETERS / 1e6:.0f}M parameters are compiled (a package per width)"
+    return None
+
+
+def compile_in_background(model: PreTrainedModel, source: str, feature_layers: tuple[int, ...] = ()) -> None:
+    """Starts bringing the model's compiled passes into use (once per source): loads them where built, else builds
+    them in a low-priority process first. Returns at once."""
+    with _lock:
+        if source in _states:
+            return
+        reason = not_compilable(model, source)
+        if reason:
+            _states[source] = CompileState("off", reason)
+            return
+        plan = served_plan(model, feature_layers)
+        _states[source] = CompileState("compiling", _pending(plan))
+    threading.Thread(target=_bring_into_use, args=(model, source, plan), daemon=True, name="compile").start()
+
+
+def layer_numbers(model: PreTrainedModel, layers) -> tuple[int, ...]:
+    """Layer numbers from 0, ascending (-1: the last)."""
+    return tuple(sorted({i % model.config.num_hidden_layers for i in layers}))
+
+
+def _pending(plan: PassPlan) -> str:
+    missing = plan.missing()
+    if not missing:
+        return "loading the packages built on this machine before"
+    return f"compiling the {', '.join(map(str, missing))}-token passes in a background process (minutes each)"
+
+
+class NotFaster(RuntimeError):
+    """The compiled passes measured no faster than the lean pass at any width on this machine."""
+
+
+def _bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan) -> None:
+    started = time.perf_counter()
+    try:
+        if plan.missing() and compile_mode() == "background":
+            _build_in_process_below(source, plan)
+        curve = bring_into_use(model, source, plan)
+        used = sorted(compiled_passes(model).used_for)
+        _states[source] = CompileState(
+            "in use",
+            f"for passes of {', '.join(map(str, used))} tokens (where they measured faster than the lean pass "
+            f"here), {time.perf_counter() - started:.0f} s after they were asked for; {curve.describe()}",
+        )
+    except NotFaster as error:
+        _states[source] = CompileState("not used", f"{error}: the lean pass runs")
+    except Exception as error:  # noqa: BLE001  (the lean pass goes on serving; the Explainer says why)
+        log.warning("compiled passes for %s not used: %s", source, error)
+        _states[source] = CompileState("failed", f"the lean pass runs: {error}")
+
+
+def bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan, only_where_faster: bool = True) -> CostCurve:
+    """Loads the plan's packages and times them against the lean pass, width by width; attaches them to model for
+    the widths where they are faster (every width: only_where_faster False, the bench's comparison) and records
+    the costs of the pass each width then takes as its tuning's; returns that curve. Raises where not every width
+    is built, and NotFaster where they are faster at none."""
+    passes = load_packages(plan)
+    if passes is None:
+        raise RuntimeError(
+            f"not every width is built (missing: {plan.missing()}); build them: python3 -m specdec_core.compile_jobs"
+        )
+    lean, compiled = paired_timings(model, passes)
+    widths = range(1, len(lean) + 1)
+    held = [n for n in widths if passes.bucket(n) is not None]  # wider passes run the lean pass
+    faster = frozenset(n for n in held if not only_where_faster or compiled[passes.bucket(n)] * FASTER_BY < lean[n - 1])
+    if not faster:
+        raise NotFaster("measured here, the compiled passes are faster than the lean pass at no width")
+    taken = [compiled[passes.bucket(n)] if n in faster else lean[n - 1] for n in widths]
+    curve = CostCurve(tuple(non_decreasing(taken)))
+    attach(model, replace(passes, used_for=faster))
+    use_pass(model, source, "compiled", curve)
+    return curve
+
+
+def served_plan(model: PreTrainedModel, feature_layers: tuple[int, ...] = ()) -> PassPlan:
+    """The plan of the served model's compiled passes, with the feature layers its drafter reads."""
+    return PassPlan(model_fingerprint(model), feature_layers=layer_numbers(model, feature_layers))
+
+
+def _build_in_process_below(source: str, plan: PassPlan) -> None:
+    """Runs this module's command at the lowest CPU priority, its output in the cache's log."""
+    log_path = cache_dir() / "compiled" / "compile.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "specdec_core.compile_jobs", "--source", source, "--fingerprint", plan.fingerprint]
+    if plan.feature_layers:
+        command += ["--layers", ",".join(map(str, plan.feature_layers))]
+    with log_path.open("a") as out:
+        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_low_priority_child)
+    if result.returncode != 0:
+        raise RuntimeError(f"the compiling process failed (exit {result.returncode}; its log: {log_path})")
+
+
+def _low_priority_child() -> None:
+    """preexec_fn of the compiling process: the lowest CPU priority, and stopped by Linux when the thread that
+    started it ends with the app, so that no compile outlives it."""
+    os.nice(19)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@torch.inference_mode()
+def paired_timings(model: PreTrainedModel, passes: CompiledPasses) -> tuple[list[float], dict[int, float]]:
+    """Seconds of a lean pass over n = 1..LONGEST_VERIFICATION tokens, and of each compiled package, behind
+    CONTEXT_TOKENS (fewer where the static length is shorter), timed in the same rounds so that both see the
+    machine alike; cached per machine like the tuning. The compiled passes' cost does not grow with the context:
+    attention reads the whole static buffer whatever it holds."""
+    widest = max(passes.packages)
+    behind = min(CONTEXT_TOKENS, passes.plan.length - widest)
+    identity = {**passes.plan.identity(0), "widths": sorted(passes.packages), "behind": behind, "timing": "paired"}
+
+    def measure() -> dict:
+        clock, kv = PassClock(model, behind, LONGEST_VERIFICATION), kv_buffers(model, passes.plan.length)
+        tokens, widths = list(range(1, 1 + widest)), range(1, LONGEST_VERIFICATION + 1)
+        lean: dict[int, list[float]] = {n: [] for n in widths}
+        compiled: dict[int, list[float]] = {w: [] for w in passes.packages}
+        for round_ in range(REPEATS + 1):  # the first round is untimed: one-time set-up per shape
+            for n in widths:
+                seconds = clock.time(n)
+                if round_:
+                    lean[n].append(seconds)
+            for width in compiled:
+                begun = time.perf_counter()
+                passes.run(kv, tokens[:width], behind, None, width)
+                if round_:
+                    compiled[width].append(time.perf_counter() - begun)
+        return {
+            "lean": [statistics.median(lean[n]) for n in widths],
+            "compiled": {str(w): statistics.median(t) for w, t in compiled.items()},
+        }
+
+    result, _ = cached("compiled-vs-lean", identity, measure)
+    return result["lean"], {int(w): s for w, s in result["compiled"].items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Compiles a target's passes for this machine (minutes per width).")
+    parser.add_argument("--source", default=EMBEDDED_ID)
+    parser.add_argument("--layers", default="", help="feature layers the packages output (an EAGLE head's)")
+    parser.add_argument("--fingerprint", default="", help="refuse to build unless the model has this fingerprint")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    stock = load_stock(args.source, torch.float32)
+    plan = served_plan(stock, tuple(int(i) for i in args.layers.split(",") if i.strip()))
+    if args.fingerprint and args.fingerprint != plan.fingerprint:
+        raise SystemExit(f"{args.source} is not the model asked for (fingerprint {plan.fingerprint})")
+    lock_path = artefact_dir() / "build.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two apps starting on one machine: the second waits, then finds them built
+        build_packages(stock, plan, report=print)
+    print(f"every width built: {', '.join(map(str, plan.widths))} tokens, for {plan.length} positions", flush=True)
+
+
+if __name__ == "__main__":
+    main()
