@@ -92,7 +92,7 @@ def bandwidth_report(args) -> dict:
     stock = load_stock(EMBEDDED_ID, torch.float32)
     before_lean = load_model(EMBEDDED_ID, for_generate=True).model  # packed kernels, transformers' forward
     weights = weight_bytes(target.model)
-    paths = served_paths(target)
+    paths = served_paths(target, every_width=True)  # the compiled passes' own costs at every width
     bandwidths = [read_bandwidth()]
     methods, prompts = {}, []
     for workload, item in bench_prompts(args.prompts):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdec_core.compile_jobs import bring_into_use, served_plan
+from specdec_core.compile_jobs import NotFaster, bring_into_use, compile_mode, served_plan
 from specdec_core.compiled_pass import CompiledPasses, attach, compiled_passes, detach
 from specdec_core.costs import CostCurve
 from specdec_core.drafters import DRAFT_HYBRID, make_drafter
@@ -47,16 +47,25 @@ class ServedPaths:
         return on_path
 
 
-def served_paths(target: LoadedModel) -> ServedPaths:
+def served_paths(target: LoadedModel, every_width: bool = False) -> ServedPaths:
     """Both paths where the compiled passes are built here (for the hybrid's feature layers), else the lean one
-    with a note of the command that builds them."""
+    with a note of the command that builds them (or of SPECDEC_COMPILE=off, as in the tests). The compiled path as
+    the app serves it (the compiled passes at the widths where they measure faster, the lean pass elsewhere), or
+    with every_width the compiled passes wherever a package holds the width (the passes' own costs)."""
     model, source = target.model, target.source
     lean = tuning_of(source, next(model.parameters()).dtype).curve
+    if compile_mode() == "off":
+        print("compiled passes off (SPECDEC_COMPILE=off): the lean pass alone")
+        return ServedPaths(target, {LEAN: lean}, None)
     plan = served_plan(model, make_drafter(DRAFT_HYBRID, target).feature_layers)
     if plan.missing():
         print(f"compiled passes not built here (widths {plan.missing()}): python3 -m specdec_core.compile_jobs")
         return ServedPaths(target, {LEAN: lean}, None)
-    compiled = bring_into_use(model, source, plan, only_where_faster=False)  # both paths timed at every width
+    try:
+        compiled = bring_into_use(model, source, plan, only_where_faster=not every_width)
+    except NotFaster as error:
+        print(f"{error}: the served path is the lean pass")
+        return ServedPaths(target, {LEAN: lean}, None)
     paths = ServedPaths(target, {LEAN: lean, COMPILED: compiled}, compiled_passes(model))
     paths.use(LEAN)
     return paths

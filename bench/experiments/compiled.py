@@ -7,9 +7,8 @@ products), what the compilation costs, and whether the tokens stay the same.
 
 Why it is not in the engine: inductor's on-disk graph cache refuses graphs that hold packed (mkldnn) weights
 ("mkldnn tensors unpickleable"), so every new process compiles again from scratch, and without packing the
-template is not used and the pass is slower than ours. Serving it would need an ahead-of-time package
-(AOTInductor, aoti.py) per machine and compiled verification widths too, or speculation loses to the faster
-single pass (bench/bandwidth.py reports T(n)/T(1)).
+template is not used and the pass is slower than ours. The served path compiles ahead of time instead, one
+AOTInductor package per width bucket (specdec_core/compiled_pass.py).
 """
 
 from __future__ import annotations
