@@ -1,9 +1,10 @@
 """Compiling a served target's passes without blocking anyone (compiled_pass.py).
 
 A separate process at the lowest CPU priority builds the packages that are missing (minutes per width) while the
-serving process runs the lean pass; when every width is built, the serving process loads them, times the compiled
-pass's cost curve and attaches them (compiled_pass.attach), so that runs started from then on take them and size
-their drafts by their costs (tuning.use_pass). Built packages stay on disk: a later start loads them in seconds.
+serving process runs the lean pass; when every width is built, the serving process loads them, times each against
+the lean pass width by width and attaches them for the widths where they are faster (compiled_pass.attach), so that
+runs started from then on take them and size their drafts by the costs of what runs (tuning.use_pass). Built
+packages stay on disk: a later start loads them in seconds.
 
 Ahead of time, with nothing else running (the README names it):
 
@@ -42,13 +43,13 @@ from .compiled_pass import (
     load_packages,
     model_fingerprint,
 )
-from .costs import CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve, non_decreasing
+from .costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve, non_decreasing
 from .lean_pass import is_lean
 from .measurements import cached
 from .models import load_stock
 from .pass_clock import PassClock
 from .sources import EMBEDDED_ID, cache_dir, classify, parameter_count
-from .tuning import use_pass
+from .tuning import cost_curve, use_pass
 
 log = logging.getLogger(__name__)
 
@@ -104,20 +105,13 @@ def compile_in_background(model: PreTrainedModel, source: str, feature_layers: t
             _states[source] = CompileState("off", reason)
             return
         plan = served_plan(model, feature_layers)
-        _states[source] = CompileState("compiling", _pending(plan))
+        _states[source] = CompileState("compiling", "checking the packages built on this machine")
     threading.Thread(target=_bring_into_use, args=(model, source, plan), daemon=True, name="compile").start()
 
 
 def layer_numbers(model: PreTrainedModel, layers) -> tuple[int, ...]:
     """Layer numbers from 0, ascending (-1: the last)."""
     return tuple(sorted({i % model.config.num_hidden_layers for i in layers}))
-
-
-def _pending(plan: PassPlan) -> str:
-    missing = plan.missing()
-    if not missing:
-        return "loading the packages built on this machine before"
-    return f"compiling the {', '.join(map(str, missing))}-token passes in a background process (minutes each)"
 
 
 class NotFaster(RuntimeError):
@@ -127,8 +121,12 @@ class NotFaster(RuntimeError):
 def _bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan) -> None:
     started = time.perf_counter()
     try:
-        if plan.missing() and compile_mode() == "background":
+        missing = plan.missing()
+        if missing and compile_mode() == "background":
+            widths = ", ".join(map(str, missing))
+            _states[source] = CompileState("compiling", f"the {widths}-token passes, in a background process")
             _build_in_process_below(source, plan)
+        _states[source] = CompileState("compiling", "loading the packages and timing them against the lean pass")
         curve = bring_into_use(model, source, plan)
         used = sorted(compiled_passes(model).used_for)
         _states[source] = CompileState(
@@ -160,8 +158,15 @@ def bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan, only_whe
     if not faster:
         raise NotFaster("measured here, the compiled passes are faster than the lean pass at no width")
     taken = [compiled[passes.bucket(n)] if n in faster else lean[n - 1] for n in widths]
-    curve = CostCurve(tuple(non_decreasing(taken)))
-    attach(model, replace(passes, used_for=faster))
+    # Behind a long context a lean pass costs more, a compiled one the same (it reads the whole buffer anyway).
+    lean_curve = cost_curve(model)
+    long = None
+    if lean_curve is not None and lean_curve.long_seconds is not None:
+        lean_long = lean_curve.at(LONG_CONTEXT_TOKENS).seconds
+        long = tuple(non_decreasing([compiled[passes.bucket(n)] if n in faster else lean_long[n - 1] for n in widths]))
+    curve = CostCurve(tuple(non_decreasing(taken)), long)
+    kept = {passes.bucket(n) for n in faster}  # the others are dropped: each package holds the weights
+    attach(model, replace(passes, packages={w: p for w, p in passes.packages.items() if w in kept}, used_for=faster))
     use_pass(model, source, "compiled", curve)
     return curve
 
