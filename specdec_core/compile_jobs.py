@@ -58,7 +58,9 @@ MODES = ("background", "load", "off")
 # per width for a 135M model on two cores, about proportionally more for larger ones.
 MAX_PARAMETERS = 400_000_000
 REPEATS = 9
-FASTER_BY = 1.03  # a compiled width is used where it is this much faster than the lean pass: noise never decides
+# A compiled width is used where it is this much faster than the lean pass, timed alone: a few percent there were
+# lost in the app's races (bench/RESULTS.md, 2026-12-08, AMD EPYC (AVX-512)), and noise never decides.
+FASTER_BY = 1.10
 
 
 def compile_mode() -> str:
@@ -129,10 +131,11 @@ def _bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan) -> None
         _states[source] = CompileState("compiling", "loading the packages and timing them against the lean pass")
         curve = bring_into_use(model, source, plan)
         used = sorted(compiled_passes(model).used_for)
+        widths = "one-token passes" if used == [1] else f"passes of {', '.join(map(str, used))} tokens"
         _states[source] = CompileState(
             "in use",
-            f"for passes of {', '.join(map(str, used))} tokens (where they measured faster than the lean pass "
-            f"here), {time.perf_counter() - started:.0f} s after they were asked for; {curve.describe()}",
+            f"for {widths} (where they measured faster than the lean pass here), "
+            f"{time.perf_counter() - started:.0f} s after they were asked for; {curve.describe()}",
         )
     except NotFaster as error:
         _states[source] = CompileState("not used", f"{error}: the lean pass runs")
@@ -158,12 +161,14 @@ def bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan, only_whe
     if not faster:
         raise NotFaster("measured here, the compiled passes are faster than the lean pass at no width")
     taken = [compiled[passes.bucket(n)] if n in faster else lean[n - 1] for n in widths]
-    # Behind a long context a lean pass costs more, a compiled one the same (it reads the whole buffer anyway).
+    # Behind a long context a lean pass costs more, a compiled one the same (it reads the whole buffer anyway), where
+    # the context and the pass fit the static length; past it the lean pass runs.
     lean_curve = cost_curve(model)
     long = None
     if lean_curve is not None and lean_curve.long_seconds is not None:
         lean_long = lean_curve.at(LONG_CONTEXT_TOKENS).seconds
-        long = tuple(non_decreasing([compiled[passes.bucket(n)] if n in faster else lean_long[n - 1] for n in widths]))
+        fits = {n for n in faster if LONG_CONTEXT_TOKENS + passes.bucket(n) <= plan.length}
+        long = tuple(non_decreasing([compiled[passes.bucket(n)] if n in fits else lean_long[n - 1] for n in widths]))
     curve = CostCurve(tuple(non_decreasing(taken)), long)
     kept = {passes.bucket(n) for n in faster}  # the others are dropped: each package holds the weights
     attach(model, replace(passes, packages={w: p for w, p in passes.packages.items() if w in kept}, used_for=faster))

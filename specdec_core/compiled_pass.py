@@ -26,7 +26,7 @@ import torch
 from transformers import PreTrainedModel
 
 from .artefacts import artefact_path, artefact_problem, cached_artefact
-from .static_pass import StaticPass, static_inputs
+from .static_pass import StaticPass, head_dim, static_inputs
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,7 @@ class PassPlan:
 def kv_buffers(model: PreTrainedModel, length: int, dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     """Zeroed keys and values for every layer in turn, [1, kv_heads, length, head_dim] each."""
     config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    shape = (1, config.num_key_value_heads, length, head_dim)
+    shape = (1, config.num_key_value_heads, length, head_dim(config))
     return [torch.zeros(shape, dtype=dtype) for _ in range(2 * config.num_hidden_layers)]
 
 

@@ -9,6 +9,7 @@ from transformers.cache_utils import DynamicLayer
 from .compiled_pass import CompiledPasses, compiled_passes
 from .errors import SpecDecError
 from .lean_pass import run_pass
+from .static_pass import head_dim
 from .tree import attention_mask, positions
 
 MIN_ROOM = 256  # positions a growing buffer holds at first (with_room); when full it grows to twice what is asked
@@ -94,8 +95,7 @@ def static_cache(model: PreTrainedModel, length: int) -> DynamicCache:
     reads and writes (until a context past `length` grows them and the lean pass takes over)."""
     cache = growing_cache(model, room=length)
     config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    empty = torch.empty(1, config.num_key_value_heads, 0, head_dim, dtype=torch.float32, device=model.device)
+    empty = torch.empty(1, config.num_key_value_heads, 0, head_dim(config), dtype=torch.float32, device=model.device)
     for layer in cache.layers:
         layer.lazy_initialization(empty, empty)
     return cache

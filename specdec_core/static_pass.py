@@ -20,6 +20,10 @@ from transformers.models.llama.modeling_llama import rotate_half
 from .tree import attention_mask, positions
 
 
+def head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def _transposed(*linears: nn.Linear) -> nn.Parameter:
     """The linears' weights stacked and stored [in, out]: x @ w."""
     return nn.Parameter(torch.cat([lin.weight for lin in linears]).t().contiguous().detach(), requires_grad=False)
@@ -46,7 +50,7 @@ class StaticPass(nn.Module):
         self.head = _transposed(model.lm_head)
         self.act_fn, self.scaling = mlps[0].act_fn, attentions[0].scaling
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.head_dim = head_dim(config)
         self.feature_layers = tuple(i % config.num_hidden_layers for i in feature_layers)
 
     def forward(

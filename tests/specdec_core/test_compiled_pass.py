@@ -186,6 +186,7 @@ def test_the_compiled_passes_run_only_the_widths_where_they_are_faster(stock, pl
     lean = [0.010] * 3 + [0.011] * 14
     model = served_with(stock, plan, monkeypatch, lean, {1: 0.005, 4: 0.012}, "tiny-width-1")
     assert CachedModel(model).compiled.used_for == {1}
+    assert compile_state("tiny-width-1").detail.startswith("for one-token passes")
     assert CachedModel(model)._compiled_width(1, ()) == 1 and CachedModel(model)._compiled_width(2, ()) is None
     curve = tuning_of("tiny-width-1", torch.float32).curve
     assert curve.seconds[0] == 0.005 and curve.seconds[1:] == tuple(lean[1:])
