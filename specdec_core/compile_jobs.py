@@ -145,35 +145,42 @@ def _bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan) -> None
 
 
 def bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan, only_where_faster: bool = True) -> CostCurve:
-    """Loads the plan's packages and times them against the lean pass, width by width; attaches them to model for
-    the widths where they are faster (every width: only_where_faster False, the bench's comparison) and records
-    the costs of the pass each width then takes as its tuning's; returns that curve. Raises where not every width
-    is built, and NotFaster where they are faster at none."""
-    passes = load_packages(plan)
-    if passes is None:
-        raise RuntimeError(
-            f"not every width is built (missing: {plan.missing()}); build them: python3 -m specdec_core.compile_jobs"
-        )
-    lean, compiled = paired_timings(model, passes)
+    """Times the plan's packages against the lean pass, width by width (or reads those timings), loads the packages
+    of the widths where they are faster (every width: only_where_faster False, the bench's comparison), attaches
+    them to model and records the costs of the pass each width then takes as its tuning's; returns that curve.
+    Raises where a package needed is not built, and NotFaster where they are faster at no width."""
+    lean, compiled = paired_timings(model, plan)
     widths = range(1, len(lean) + 1)
-    held = [n for n in widths if passes.bucket(n) is not None]  # wider passes run the lean pass
-    faster = frozenset(n for n in held if not only_where_faster or compiled[passes.bucket(n)] * FASTER_BY < lean[n - 1])
+    held = [n for n in widths if plan.bucket(n) is not None]  # wider passes run the lean pass
+    faster = frozenset(n for n in held if not only_where_faster or compiled[plan.bucket(n)] * FASTER_BY < lean[n - 1])
     if not faster:
-        raise NotFaster("measured here, the compiled passes are faster than the lean pass at no width")
-    taken = [compiled[passes.bucket(n)] if n in faster else lean[n - 1] for n in widths]
+        raise NotFaster(
+            f"measured here, the compiled passes are {FASTER_BY - 1:.0%} faster than the lean pass at no width"
+        )
+    # only the packages in use are loaded: each holds the weights
+    passes = _loaded(replace(plan, widths=tuple(sorted({plan.bucket(n) for n in faster}))))
+    taken = [compiled[plan.bucket(n)] if n in faster else lean[n - 1] for n in widths]
     # Behind a long context a lean pass costs more, a compiled one the same (it reads the whole buffer anyway), where
     # the context and the pass fit the static length; past it the lean pass runs.
     lean_curve = cost_curve(model)
     long = None
     if lean_curve is not None and lean_curve.long_seconds is not None:
         lean_long = lean_curve.at(LONG_CONTEXT_TOKENS).seconds
-        fits = {n for n in faster if LONG_CONTEXT_TOKENS + passes.bucket(n) <= plan.length}
-        long = tuple(non_decreasing([compiled[passes.bucket(n)] if n in fits else lean_long[n - 1] for n in widths]))
+        fits = {n for n in faster if LONG_CONTEXT_TOKENS + plan.bucket(n) <= plan.length}
+        long = tuple(non_decreasing([compiled[plan.bucket(n)] if n in fits else lean_long[n - 1] for n in widths]))
     curve = CostCurve(tuple(non_decreasing(taken)), long)
-    kept = {passes.bucket(n) for n in faster}  # the others are dropped: each package holds the weights
-    attach(model, replace(passes, packages={w: p for w, p in passes.packages.items() if w in kept}, used_for=faster))
+    attach(model, replace(passes, used_for=faster))
     use_pass(model, source, "compiled", curve)
     return curve
+
+
+def _loaded(plan: PassPlan) -> CompiledPasses:
+    passes = load_packages(plan)
+    if passes is None:
+        raise RuntimeError(
+            f"not every width is built (missing: {plan.missing()}); build them: python3 -m specdec_core.compile_jobs"
+        )
+    return passes
 
 
 def served_plan(model: PreTrainedModel, feature_layers: tuple[int, ...] = ()) -> PassPlan:
@@ -203,17 +210,18 @@ def _low_priority_child() -> None:
 
 
 @torch.inference_mode()
-def paired_timings(model: PreTrainedModel, passes: CompiledPasses) -> tuple[list[float], dict[int, float]]:
-    """Seconds of a lean pass over n = 1..LONGEST_VERIFICATION tokens, and of each compiled package, behind
+def paired_timings(model: PreTrainedModel, plan: PassPlan) -> tuple[list[float], dict[int, float]]:
+    """Seconds of a lean pass over n = 1..LONGEST_VERIFICATION tokens, and of each of the plan's packages, behind
     CONTEXT_TOKENS (fewer where the static length is shorter), timed in the same rounds so that both see the
-    machine alike; cached per machine like the tuning. The compiled passes' cost does not grow with the context:
-    attention reads the whole static buffer whatever it holds."""
-    widest = max(passes.packages)
-    behind = min(CONTEXT_TOKENS, passes.plan.length - widest)
-    identity = {**passes.plan.identity(0), "widths": sorted(passes.packages), "behind": behind, "timing": "paired"}
+    machine alike; cached per machine like the tuning (the packages are loaded only to time them). The compiled
+    passes' cost does not grow with the context: attention reads the whole static buffer whatever it holds."""
+    widest = max(plan.widths)
+    behind = min(CONTEXT_TOKENS, plan.length - widest)
+    identity = {**plan.identity(0), "widths": sorted(plan.widths), "behind": behind, "timing": "paired"}
 
     def measure() -> dict:
-        clock, kv = PassClock(model, behind, LONGEST_VERIFICATION), kv_buffers(model, passes.plan.length)
+        passes = _loaded(plan)
+        clock, kv = PassClock(model, behind, LONGEST_VERIFICATION), kv_buffers(model, plan.length)
         tokens, widths = list(range(1, 1 + widest)), range(1, LONGEST_VERIFICATION + 1)
         lean: dict[int, list[float]] = {n: [] for n in widths}
         compiled: dict[int, list[float]] = {w: [] for w in passes.packages}

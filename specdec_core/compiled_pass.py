@@ -80,6 +80,10 @@ class PassPlan:
             "inductor": INDUCTOR_CONFIGS,
         }
 
+    def bucket(self, tokens: int) -> int | None:
+        """The narrowest width holding a pass over `tokens`."""
+        return min((w for w in self.widths if w >= tokens), default=None)
+
     def path(self, width: int) -> Path:
         return artefact_path(ARTEFACT, self.identity(width))
 

@@ -174,7 +174,7 @@ def served_with(stock, plan, monkeypatch, lean: list[float], compiled: dict[int,
     """A served copy brought into use with these timings in place of the measured ones: which widths the compiled
     passes take is decided from them."""
     monkeypatch.setenv("SPECDEC_COMPILE", "load")
-    monkeypatch.setattr(compile_jobs, "paired_timings", lambda model, passes: (lean, compiled))
+    monkeypatch.setattr(compile_jobs, "paired_timings", lambda model, plan: (lean, compiled))
     model = lean_copy(stock, release=False)
     tune_target(model, source)
     release_dense_weights(model)
