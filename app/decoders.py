@@ -22,6 +22,7 @@ from specdec_core import (
     speculative,
     stop_token_ids,
 )
+from specdec_core.compile_jobs import keep_in_use
 
 from .inputs import RaceSettings
 from .race import PLAIN, SPEC
@@ -38,6 +39,7 @@ class PromptedTarget:
 
 def prompted_target(settings: RaceSettings, prompt: str) -> PromptedTarget:
     target = load_model(settings.target)
+    keep_in_use(target.model, settings.target)  # compiled passes, where the model cache loaded it again
     prompt_ids = encode_prompt(target.tokenizer, prompt)
     return PromptedTarget(target, prompt_ids, stop_token_ids(target.tokenizer, target.model))
 

@@ -57,7 +57,7 @@ def served_paths(target: LoadedModel, every_width: bool = False) -> ServedPaths:
     if compile_mode() == "off":
         print("compiled passes off (SPECDEC_COMPILE=off): the lean pass alone")
         return ServedPaths(target, {LEAN: lean}, None)
-    plan = served_plan(model, make_drafter(DRAFT_HYBRID, target).feature_layers)
+    plan = served_plan(model, source, make_drafter(DRAFT_HYBRID, target).feature_layers)
     if plan.missing():
         print(f"compiled passes not built here (widths {plan.missing()}): python3 -m specdec_core.compile_jobs")
         return ServedPaths(target, {LEAN: lean}, None)

@@ -8,7 +8,10 @@ packages stay on disk: a later start loads them in seconds.
 
 Ahead of time, with nothing else running (the README names it):
 
-    python3 -m specdec_core.compile_jobs [--source embedded:SmolLM2-135M-Instruct] [--layers 2,15,28]
+    python3 -m specdec_core.compile_jobs [--source embedded:SmolLM2-135M-Instruct] [--layers N,...]
+
+(--layers: the target layers whose outputs the packages give beside the logits; by default those the app's default
+drafter reads, the trained head's last layer for the embedded model.)
 
 SPECDEC_COMPILE=off turns compiling off (the tests do, except where they test it); =load uses packages already
 built but builds none.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -34,6 +38,7 @@ from transformers import PreTrainedModel
 
 from .artefacts import artefact_dir
 from .compiled_pass import (
+    LENGTH,
     CompiledPasses,
     PassPlan,
     attach,
@@ -44,6 +49,9 @@ from .compiled_pass import (
     model_fingerprint,
 )
 from .costs import CONTEXT_TOKENS, LONG_CONTEXT_TOKENS, LONGEST_VERIFICATION, CostCurve, non_decreasing
+from .drafters.eagle_head import CONFIG_NAME, HeadConfig
+from .drafters.factory import DRAFT_HYBRID
+from .drafters.head_variants import HEADS_DIR
 from .lean_pass import is_lean
 from .measurements import cached
 from .models import load_stock
@@ -58,6 +66,8 @@ MODES = ("background", "load", "off")
 # per width for a 135M model on two cores, about proportionally more for larger ones.
 MAX_PARAMETERS = 400_000_000
 REPEATS = 9
+BUILD_COMMAND = "python3 -m specdec_core.compile_jobs"
+assert LONG_CONTEXT_TOKENS >= LENGTH  # what the long cost curve assumes (bring_into_use)
 # A compiled width is used where it is this much faster than the lean pass, timed alone: a few percent there were
 # lost in the app's races (bench/RESULTS.md, 2026-12-08, AMD EPYC (AVX-512)), and noise never decides.
 FASTER_BY = 1.10
@@ -77,6 +87,7 @@ class CompileState:
 
 
 _states: dict[str, CompileState] = {}
+_plans: dict[str, PassPlan] = {}  # what was brought into use, by source: a reloaded model takes it again
 _lock = threading.Lock()
 
 
@@ -90,6 +101,8 @@ def not_compilable(model: PreTrainedModel, source: str) -> str | None:
         return "compiling is off (SPECDEC_COMPILE=off)"
     if not is_lean(model) or next(model.parameters()).dtype != torch.float32:
         return "only a float32 Llama-family target on a CPU (the lean pass's models) is compiled"
+    if getattr(model.config, "attention_bias", False) or getattr(model.config, "mlp_bias", False):
+        return "a model whose linears have biases is not compiled (the static pass has none)"
     parameters = parameter_count(source, classify(source))
     if parameters is None or parameters > MAX_PARAMETERS:
         return f"only models up to {MAX_PARAMETERS / 1e6:.0f}M parameters are compiled (a package per width)"
@@ -106,9 +119,21 @@ def compile_in_background(model: PreTrainedModel, source: str, feature_layers: t
         if reason:
             _states[source] = CompileState("off", reason)
             return
-        plan = served_plan(model, feature_layers)
+        plan = served_plan(model, source, feature_layers)
         _states[source] = CompileState("compiling", "checking the packages built on this machine")
     threading.Thread(target=_bring_into_use, args=(model, source, plan), daemon=True, name="compile").start()
+
+
+def keep_in_use(model: PreTrainedModel, source: str) -> threading.Thread | None:
+    """Brings the compiled passes in use for source into use again for model, a copy loaded anew (the model cache
+    let the one they were attached to go), in a thread it returns; None where there is nothing to do."""
+    with _lock:
+        if compile_state(source).state != "in use" or compiled_passes(model) is not None:
+            return None
+        _states[source] = CompileState("compiling", "loading the packages again for the model loaded again")
+    thread = threading.Thread(target=_bring_into_use, args=(model, source, _plans[source]), daemon=True)
+    thread.start()
+    return thread
 
 
 def layer_numbers(model: PreTrainedModel, layers) -> tuple[int, ...]:
@@ -124,12 +149,16 @@ def _bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan) -> None
     started = time.perf_counter()
     try:
         missing = plan.missing()
-        if missing and compile_mode() == "background":
+        if missing and compile_mode() == "load":
+            _states[source] = CompileState("not compiled", "SPECDEC_COMPILE=load builds none: " + BUILD_COMMAND)
+            return
+        if missing:
             widths = ", ".join(map(str, missing))
             _states[source] = CompileState("compiling", f"the {widths}-token passes, in a background process")
             _build_in_process_below(source, plan)
         _states[source] = CompileState("compiling", "loading the packages and timing them against the lean pass")
         curve = bring_into_use(model, source, plan)
+        _plans[source] = plan
         used = sorted(compiled_passes(model).used_for)
         widths = "one-token passes" if used == [1] else f"passes of {', '.join(map(str, used))} tokens"
         _states[source] = CompileState(
@@ -160,14 +189,9 @@ def bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan, only_whe
     # only the packages in use are loaded: each holds the weights
     passes = _loaded(replace(plan, widths=tuple(sorted({plan.bucket(n) for n in faster}))))
     taken = [compiled[plan.bucket(n)] if n in faster else lean[n - 1] for n in widths]
-    # Behind a long context a lean pass costs more, a compiled one the same (it reads the whole buffer anyway), where
-    # the context and the pass fit the static length; past it the lean pass runs.
+    # Behind LONG_CONTEXT_TOKENS the static length holds no pass: the long curve stays the lean pass's.
     lean_curve = cost_curve(model)
-    long = None
-    if lean_curve is not None and lean_curve.long_seconds is not None:
-        lean_long = lean_curve.at(LONG_CONTEXT_TOKENS).seconds
-        fits = {n for n in faster if LONG_CONTEXT_TOKENS + plan.bucket(n) <= plan.length}
-        long = tuple(non_decreasing([compiled[plan.bucket(n)] if n in fits else lean_long[n - 1] for n in widths]))
+    long = lean_curve.long_seconds if lean_curve is not None else None
     curve = CostCurve(tuple(non_decreasing(taken)), long)
     attach(model, replace(passes, used_for=faster))
     use_pass(model, source, "compiled", curve)
@@ -177,36 +201,25 @@ def bring_into_use(model: PreTrainedModel, source: str, plan: PassPlan, only_whe
 def _loaded(plan: PassPlan) -> CompiledPasses:
     passes = load_packages(plan)
     if passes is None:
-        raise RuntimeError(
-            f"not every width is built (missing: {plan.missing()}); build them: python3 -m specdec_core.compile_jobs"
-        )
+        raise RuntimeError(f"not every width is built (missing: {plan.missing()}); build them: {BUILD_COMMAND}")
     return passes
 
 
-def served_plan(model: PreTrainedModel, feature_layers: tuple[int, ...] = ()) -> PassPlan:
+def served_plan(model: PreTrainedModel, source: str, feature_layers: tuple[int, ...] = ()) -> PassPlan:
     """The plan of the served model's compiled passes, with the feature layers its drafter reads."""
-    return PassPlan(model_fingerprint(model), feature_layers=layer_numbers(model, feature_layers))
+    return PassPlan(model_fingerprint(model), feature_layers=layer_numbers(model, feature_layers), source=source)
 
 
 def _build_in_process_below(source: str, plan: PassPlan) -> None:
     """Runs this module's command at the lowest CPU priority, its output in the cache's log."""
     log_path = cache_dir() / "compiled" / "compile.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "specdec_core.compile_jobs", "--source", source, "--fingerprint", plan.fingerprint]
-    if plan.feature_layers:
-        command += ["--layers", ",".join(map(str, plan.feature_layers))]
+    command = [sys.executable, "-m", "specdec_core.compile_jobs", "--source", source, "--parent", str(os.getpid())]
+    command += ["--fingerprint", plan.fingerprint, "--layers", ",".join(map(str, plan.feature_layers))]
     with log_path.open("a") as out:
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_low_priority_child)
+        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
     if result.returncode != 0:
         raise RuntimeError(f"the compiling process failed (exit {result.returncode}; its log: {log_path})")
-
-
-def _low_priority_child() -> None:
-    """preexec_fn of the compiling process: the lowest CPU priority, and stopped by Linux when the thread that
-    started it ends with the app, so that no compile outlives it."""
-    os.nice(19)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @torch.inference_mode()
@@ -244,15 +257,41 @@ def paired_timings(model: PreTrainedModel, plan: PassPlan) -> tuple[list[float],
     return result["lean"], {int(w): s for w, s in result["compiled"].items()}
 
 
+def default_layers(source: str) -> tuple[int, ...]:
+    """The feature layers the app's default drafter reads from this target: the trained head's for the embedded
+    model, none for others (their drafters read no features)."""
+    if source != EMBEDDED_ID:
+        return ()
+    folder = HEADS_DIR / DRAFT_HYBRID.split(":", 1)[1]
+    return HeadConfig(**json.loads((folder / CONFIG_NAME).read_text())).layers
+
+
+def _below_the_app(parent: int) -> None:
+    """In the compiling process the app started: the lowest CPU priority, and stopped by Linux when the app's
+    thread that waits for it ends (set here, not between fork and exec, where a threaded server must not call
+    into the dynamic loader); if the app has already gone, stop now."""
+    os.nice(19)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        raise SystemExit("the app that started this compile has stopped")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Compiles a target's passes for this machine (minutes per width).")
     parser.add_argument("--source", default=EMBEDDED_ID)
-    parser.add_argument("--layers", default="", help="feature layers the packages output (an EAGLE head's)")
+    parser.add_argument(
+        "--layers", default=None, help="feature layers the packages output (default: those the default drafter reads)"
+    )
     parser.add_argument("--fingerprint", default="", help="refuse to build unless the model has this fingerprint")
+    parser.add_argument("--parent", type=int, default=0, help="the app that started this process (compile_jobs)")
     args = parser.parse_args()
+    if args.parent:
+        _below_the_app(args.parent)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     stock = load_stock(args.source, torch.float32)
-    plan = served_plan(stock, tuple(int(i) for i in args.layers.split(",") if i.strip()))
+    layers = default_layers(args.source) if args.layers is None else [int(i) for i in args.layers.split(",") if i]
+    plan = served_plan(stock, args.source, tuple(layers))
     if args.fingerprint and args.fingerprint != plan.fingerprint:
         raise SystemExit(f"{args.source} is not the model asked for (fingerprint {plan.fingerprint})")
     lock_path = artefact_dir() / "build.lock"

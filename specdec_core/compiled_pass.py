@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from . import static_pass
 from .artefacts import artefact_path, artefact_problem, cached_artefact
 from .static_pass import StaticPass, head_dim, static_inputs
 
@@ -41,8 +42,10 @@ INDUCTOR_CONFIGS = {"freezing": True, "max_autotune": True}  # freezing folds th
 
 
 def model_fingerprint(model: PreTrainedModel) -> str:
-    """What the packages of a model are built from, readable from the stock copy that compiles them and from the
-    served copy whose dense linears are released: the architecture and the embedding's bytes (a model's own)."""
+    """What the packages of a model are built from, readable both from the stock copy that compiles them and from
+    the served copy whose dense linears are released: the architecture, the embedding's bytes and every norm's. A
+    model rewritten in place under the same source with those unchanged (a merged adapter) is not told apart: delete
+    its packages (the cache dir's compiled/) after such a change."""
     config = model.config
     shape = [
         config.model_type,
@@ -56,8 +59,14 @@ def model_fingerprint(model: PreTrainedModel) -> str:
         config.rms_norm_eps,
     ]
     digest = hashlib.sha256(json.dumps(shape, default=str).encode())
-    digest.update(model.get_input_embeddings().weight.detach().float().contiguous().numpy().tobytes())
+    read = [model.get_input_embeddings().weight] + [p for name, p in model.named_parameters() if "norm" in name]
+    for weight in read:
+        digest.update(weight.detach().float().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+# The static pass's code is part of what a package was built from: a package of an older pass is never loaded.
+STATIC_PASS_CODE = hashlib.sha256(Path(static_pass.__file__).read_bytes()).hexdigest()[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +78,13 @@ class PassPlan:
     widths: tuple[int, ...] = BUCKETS
     length: int = LENGTH
     feature_layers: tuple[int, ...] = ()
+    source: str = ""  # where the model comes from (sources.py), beside its fingerprint
 
     def identity(self, width: int) -> dict:
         return {
             "model": self.fingerprint,
-            "pass": "StaticPass",
+            "source": self.source,
+            "pass": STATIC_PASS_CODE,
             "width": width,
             "length": self.length,
             "feature_layers": list(self.feature_layers),
@@ -128,16 +139,12 @@ class CompiledPasses:
     packages: dict[int, Callable] = field(hash=False)
     used_for: frozenset[int] | None = None
 
-    def bucket(self, tokens: int) -> int | None:
-        """The narrowest package holding a pass over `tokens`."""
-        return min((w for w in self.packages if w >= tokens), default=None)
-
     def width_for(self, tokens: int, cached: int) -> int | None:
         """The package that runs a pass over `tokens` behind `cached`, or None: the lean pass runs (a width the
         compiled passes are not used for, or a context past the static length)."""
         if self.used_for is not None and tokens not in self.used_for:
             return None
-        width = self.bucket(tokens)
+        width = self.plan.bucket(tokens)
         return width if width is not None and cached + width <= self.plan.length else None
 
     def run(

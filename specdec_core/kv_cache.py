@@ -204,7 +204,7 @@ class CachedModel:
             keys, values = source.cache.layers[i].keys, source.cache.layers[i].values
             self.cache.update(keys[..., start:length, :].to(dtype), values[..., start:length, :].to(dtype), i)
 
-    @torch.inference_mode()  # the buffers are inference tensors, written in place
+    @torch.inference_mode()  # the buffers may be inference tensors, written in place
     def compact(self, start: int, rows: list[int]) -> None:
         """KV compaction after a tree step: of the positions from `start` on, keeps only `rows` (the
         fed context tail and the accepted path), moved to sit right after the kept prefix. The cache

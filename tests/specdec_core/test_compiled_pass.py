@@ -15,8 +15,15 @@ import torch
 
 from specdec_core import GenerationConfig, autoregressive, compile_jobs, generated_tokens, speculative
 from specdec_core.artefacts import artefact_problem
-from specdec_core.compile_jobs import _bring_into_use, compile_state
-from specdec_core.compiled_pass import PassPlan, attach, build_packages, load_packages, model_fingerprint
+from specdec_core.compile_jobs import _bring_into_use, compile_state, keep_in_use
+from specdec_core.compiled_pass import (
+    CompiledPasses,
+    PassPlan,
+    attach,
+    build_packages,
+    load_packages,
+    model_fingerprint,
+)
 from specdec_core.cpu_kernels import release_dense_weights
 from specdec_core.drafters.ngram import NgramDrafter
 from specdec_core.kv_cache import CachedModel
@@ -89,8 +96,21 @@ def test_a_trees_mask_is_the_trees():
     assert not mask[0, 0, :, 6:].any() and positions.tolist() == [[2, 3, 3, 4]]
 
 
+@pytest.fixture
+def compiled_calls(monkeypatch) -> list[int]:
+    """The widths of the compiled packages run, in order: the comparisons hold only if the compiled pass ran."""
+    calls, run = [], CompiledPasses.run
+
+    def counted(self, kv, token_ids, cached, parents, width):
+        calls.append(width)
+        return run(self, kv, token_ids, cached, parents, width)
+
+    monkeypatch.setattr(CompiledPasses, "run", counted)
+    return calls
+
+
 @pytest.mark.parametrize("width", [1, 4])
-def test_logits_features_and_tokens_equal_the_lean_pass_after_rollbacks(compiled, lean, width):
+def test_logits_features_and_tokens_equal_the_lean_pass_after_rollbacks(compiled, lean, width, compiled_calls):
     ours, theirs = both(compiled, lean)
     for cached in (ours, theirs):
         cached.forward(CONTEXT)
@@ -101,20 +121,23 @@ def test_logits_features_and_tokens_equal_the_lean_pass_after_rollbacks(compiled
     torch.testing.assert_close(a, b, **TOLERANCE)
     torch.testing.assert_close(fa, fb, **TOLERANCE)
     assert a.argmax(-1).tolist() == b.argmax(-1).tolist()
+    assert compiled_calls == [4, width]  # the drafts' pass, then this one
     assert ours.length == theirs.length == len(CONTEXT) + 1 + width
 
 
-def test_a_draft_tree_then_compaction_matches_the_lean_pass(compiled, lean):
-    parents, rows = (-1, -1, 0, 1), [0, 2, 4]  # the fed token, then the path through nodes 1 and 3
+def test_a_draft_tree_then_compaction_matches_the_lean_pass(compiled, lean, compiled_calls):
+    parents, rows = (-1, -1, 0), [0, 1, 3]  # the fed token, then the path through nodes 0 and 2
     ours, theirs = both(compiled, lean)
     for cached in (ours, theirs):
         cached.forward(CONTEXT)
-    trees = [c.forward([20, 21, 22, 23, 24], logits_to_keep=5, parents=parents) for c in (ours, theirs)]
+    trees = [c.forward([20, 21, 22, 23], logits_to_keep=4, parents=parents) for c in (ours, theirs)]
     torch.testing.assert_close(*trees, **TOLERANCE)
+    assert compiled_calls == [4]  # the tree went through the 4-token package
     for cached in (ours, theirs):
         cached.compact(len(CONTEXT), rows)
     nexts = [c.forward([25]) for c in (ours, theirs)]
     torch.testing.assert_close(*nexts, **TOLERANCE)
+    assert compiled_calls == [4, 1]
 
 
 def test_past_the_static_length_the_lean_pass_takes_over(compiled, lean, plan):
@@ -128,12 +151,13 @@ def test_past_the_static_length_the_lean_pass_takes_over(compiled, lean, plan):
     assert ours._compiled_width(1, ()) is None
 
 
-def test_greedy_speculative_decoding_with_compiled_passes_is_plain_decodings_output(compiled, lean):
+def test_greedy_speculative_decoding_with_compiled_passes_is_plain_decodings_output(compiled, lean, compiled_calls):
     config = GenerationConfig(max_new_tokens=12)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
     plain = generated_tokens(list(autoregressive(lean, prompt, config))[:-1])
     assert generated_tokens(list(autoregressive(compiled, prompt, config))[:-1]) == plain
     assert generated_tokens(list(speculative(compiled, NgramDrafter(), prompt, config))[:-1]) == plain
+    assert 1 in compiled_calls and 4 in compiled_calls  # plain steps and verification passes both compiled
 
 
 def test_a_truncated_package_is_refused(plan):
@@ -168,6 +192,19 @@ def test_once_in_use_runs_read_the_compiled_passes_costs(stock, plan, monkeypatc
     assert len(tuning.curve.seconds) == len(lean_tuning.curve.seconds)
     assert CachedModel(model).compiled is not None
     assert compile_state("tiny-compiled").detail.startswith("for passes of 1, 2, 3, 4 tokens")
+    assert keep_in_use(model, "tiny-compiled") is None  # attached already: nothing to do
+
+
+def test_a_model_loaded_again_takes_the_compiled_passes_again(stock, plan, monkeypatch):
+    monkeypatch.setenv("SPECDEC_COMPILE", "load")
+    first, again = (lean_copy(stock, release=False) for _ in range(2))
+    for model in (first, again):
+        tune_target(model, "tiny-reloaded")
+        release_dense_weights(model)
+    _bring_into_use(first, "tiny-reloaded", plan)
+    assert CachedModel(again).compiled is None  # the model cache let `first` go and loaded `again`
+    keep_in_use(again, "tiny-reloaded").join()
+    assert CachedModel(again).compiled is not None and compile_state("tiny-reloaded").state == "in use"
 
 
 def served_with(stock, plan, monkeypatch, lean: list[float], compiled: dict[int, float], source: str):
