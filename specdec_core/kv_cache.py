@@ -187,6 +187,7 @@ class CachedModel:
             layer.keys, layer.values = (buffer[..., :end, :] for buffer in layer.room)
         return logits[-logits_to_keep:], features
 
+    @torch.inference_mode()  # the buffers may be inference tensors (made or grown in a pass), written in place
     def adopt(self, source: CachedModel, length: int) -> None:
         """Extends this cache to `length` positions with another model's entries for them (those past its own
         length), instead of computing them.

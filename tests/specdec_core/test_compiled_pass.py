@@ -191,7 +191,7 @@ def test_once_in_use_runs_read_the_compiled_passes_costs(stock, plan, monkeypatc
     assert cost_curve(model) is tuning.curve and tuning.curve != lean_tuning.curve
     assert len(tuning.curve.seconds) == len(lean_tuning.curve.seconds)
     assert CachedModel(model).compiled is not None
-    assert compile_state("tiny-compiled").detail.startswith("for passes of 1, 2, 3, 4 tokens")
+    assert compile_state("tiny-compiled").detail.startswith("for passes of 1-4 tokens")
     assert keep_in_use(model, "tiny-compiled") is None  # attached already: nothing to do
 
 
@@ -219,14 +219,21 @@ def served_with(stock, plan, monkeypatch, lean: list[float], compiled: dict[int,
     return model
 
 
-def test_the_compiled_passes_run_only_the_widths_where_they_are_faster(stock, plan, monkeypatch):
+def test_the_compiled_passes_run_where_they_are_faster_at_every_width(stock, plan, monkeypatch):
+    lean = [0.010] * 3 + [0.011] * 14
+    model = served_with(stock, plan, monkeypatch, lean, {1: 0.005, 4: 0.008}, "tiny-every-width")
+    assert CachedModel(model).compiled.used_for == {1, 2, 3, 4}  # past the widest package, the lean pass
+    assert CachedModel(model)._compiled_width(5, ()) is None
+    curve = tuning_of("tiny-every-width", torch.float32).curve
+    assert curve.seconds[:4] == (0.005, 0.008, 0.008, 0.008) and curve.seconds[4:] == tuple(lean[4:])
+    assert compile_state("tiny-every-width").detail.startswith("for passes of 1-4 tokens")
+
+
+def test_faster_at_some_widths_only_the_lean_pass_serves(stock, plan, monkeypatch):
     lean = [0.010] * 3 + [0.011] * 14
     model = served_with(stock, plan, monkeypatch, lean, {1: 0.005, 4: 0.012}, "tiny-width-1")
-    assert CachedModel(model).compiled.used_for == {1}
-    assert compile_state("tiny-width-1").detail.startswith("for one-token passes")
-    assert CachedModel(model)._compiled_width(1, ()) == 1 and CachedModel(model)._compiled_width(2, ()) is None
-    curve = tuning_of("tiny-width-1", torch.float32).curve
-    assert curve.seconds[0] == 0.005 and curve.seconds[1:] == tuple(lean[1:])
+    assert CachedModel(model).compiled is None and compile_state("tiny-width-1").state == "not used"
+    assert "faster than the lean pass at 1, not at every width up to 4" in compile_state("tiny-width-1").detail
 
 
 def test_where_the_compiled_passes_are_slower_the_lean_pass_keeps_serving(stock, plan, monkeypatch):

@@ -73,6 +73,19 @@ def test_adopted_prompt_cache_gives_the_same_logits_as_reading_the_prompt(target
     torch.testing.assert_close(adopted.forward([5])[0], fresh_logits(target_model, prompt + [5]), rtol=1e-4, atol=1e-4)
 
 
+def test_a_draft_adopts_into_buffers_its_own_passes_made(target_model):
+    """A draft's cache first made (or grown) by its own pass holds inference tensors; adopting the target's
+    entries then writes into them."""
+    prompt = [0, 4, 8, 15, 16, 23]
+    target, draft = CachedModel(target_model), CachedModel(target_model)
+    draft.forward(prompt[:2])  # its buffers made inside a pass
+    target.forward(prompt + [5, 6])
+    draft.adopt(target, target.length)
+    torch.testing.assert_close(
+        draft.forward([7])[0], fresh_logits(target_model, prompt + [5, 6, 7]), rtol=1e-4, atol=1e-4
+    )
+
+
 def test_growing_layer_holds_what_transformers_dynamic_layer_holds():
     """Appends past the first buffer (it grows), crops and compactions: the same keys and values as
     DynamicLayer's concatenations, and appending after a crop overwrites the dropped positions."""
