@@ -125,6 +125,21 @@ def test_the_pages_numbers_agree_with_each_other(app_url, page):
     assert {t.get("name") for t in charts["data"] if t.get("showlegend") is not False} == drawn  # legend = drawn
 
 
+def show_step(page, number, step: int, tries: int = 3) -> None:
+    """Types a step into the tree view's number box until the view shows it: a value typed while the box is being
+    re-rendered by the step before can be lost, and is typed again (each try waits 15 s)."""
+    shown = f"document.querySelector('#tree-view .gtitle').textContent.startsWith('Step {step} of')"
+    for attempt in range(tries):
+        number.fill(str(step))
+        number.press("Enter")
+        try:
+            page.wait_for_function(shown, timeout=15_000)
+            return
+        except Exception:  # noqa: BLE001  (playwright's TimeoutError: type it again, or fail on the last try)
+            if attempt == tries - 1:
+                raise
+
+
 def test_the_tree_legend_tells_lookup_from_head_guesses(app_url, page):
     """Step back through the default hybrid's race to a step where both the lookup and the head proposed nodes."""
     sources = summary_cell(page, "accepted drafts by source")
@@ -132,11 +147,7 @@ def test_the_tree_legend_tells_lookup_from_head_guesses(app_url, page):
     steps = int(re.search(r"Step with a draft: (\d+)", page.locator("#tree-step").inner_text()).group(1))
     number = page.locator("#tree-step input[type='number']")
     for step in range(steps, 0, -1):
-        number.fill(str(step))
-        number.press("Enter")
-        page.wait_for_function(
-            f"document.querySelector('#tree-view .gtitle').textContent.startsWith('Step {step} of')", timeout=30_000
-        )
+        show_step(page, number, step)
         key = plotly(page, "#tree-view")["layout"]["annotations"][0]["text"]
         if "◆ lookup guess" in key and "● head guess" in key:
             symbols = {
