@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import rotate_half
 
+from .static_pass import head_dim
 from .tree import causal_mask
 
 log = logging.getLogger(__name__)
@@ -190,8 +191,8 @@ def lean_layer(
     attention, mlp = layer.self_attn, layer.mlp
     new = hidden.shape[1]
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    qkv = attention.qkv_proj(layer.input_layernorm(hidden)).view(1, new, heads + 2 * kv_heads, head_dim).transpose(1, 2)
+    dim = head_dim(config)
+    qkv = attention.qkv_proj(layer.input_layernorm(hidden)).view(1, new, heads + 2 * kv_heads, dim).transpose(1, 2)
     rotated = qkv[:, : heads + kv_heads]  # q and k take the same rotation: one set of ops for both
     rotated = rotated * cos + rotate_half(rotated) * sin
     keys, values = cache.update(rotated[:, heads:], qkv[:, heads + kv_heads :], index)
